@@ -1,0 +1,185 @@
+"""CapsNet: a three-layer capsule network with a reconstruction decoder.
+
+Paper: `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
+    https://arxiv.org/abs/1710.09829
+
+Parts before the whole: squash (Eq. 1) -> PrimaryCaps -> DigitCaps (Eq. 2 + Procedure 1) ->
+Decoder (Fig. 2) -> margin loss (Eq. 4) -> CapsNetConfig -> CapsNet.
+For a 28x28 input: Conv1 20x20x256 -> 1152 primary 8D capsules -> 10 digit 16D capsules;
+8,215,568 parameters, 6,804,224 without the decoder (the paper's 8.2M and 6.8M).
+"""
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from model import contract
+from model.routing import capsule_length, dynamic_routing, squash
+
+__all__ = ["squash", "capsule_length", "PrimaryCaps", "DigitCaps", "Decoder", "margin_loss",
+           "CapsNetConfig", "CapsNetOutput", "CapsNet"]
+
+
+class PrimaryCaps(nn.Module):
+    """A convolutional capsule layer: a conv whose outputs are grouped into squashed 8D capsules.
+
+    The conv's out_chans = num_types * caps_dim channels are read as num_types groups of caps_dim
+    (channel = type * caps_dim + dim, as the official code reshapes them) and the grid is flattened
+    after the dims are moved last, so capsule index i = type * H * W + row * W + col.
+    """
+
+    def __init__(self, in_chans: int = 256, num_types: int = 32, caps_dim: int = 8,
+                 kernel_size: int = 9, stride: int = 2):
+        super().__init__()
+        self.num_types, self.caps_dim = num_types, caps_dim
+        self.conv = nn.Conv2d(in_chans, num_types * caps_dim, kernel_size, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)  # (B, 256, 6, 6)
+        B, _, H, W = x.shape
+        x = x.view(B, self.num_types, self.caps_dim, H, W)  # (B, 32, 8, 6, 6)
+        x = x.permute(0, 1, 3, 4, 2).reshape(B, self.num_types * H * W, self.caps_dim)  # (B, 1152, 8)
+        return squash(x)
+
+
+class DigitCaps(nn.Module):
+    """Fully connected capsule layer: u_hat_j|i = W_ij u_i (Eq. 2), then dynamic routing.
+
+    W holds one 16x8 matrix per (i, j) pair, initialised N(0, 0.01^2) as in the official code;
+    no bias (the paper has none and the 6.8M parameter count depends on it).
+    """
+
+    def __init__(self, in_caps: int = 1152, in_dim: int = 8, num_caps: int = 10, out_dim: int = 16,
+                 routing_iters: int = 3):
+        super().__init__()
+        self.routing_iters = routing_iters
+        self.W = nn.Parameter(0.01 * torch.randn(in_caps, num_caps, out_dim, in_dim))
+
+    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
+        return dynamic_routing(u_hat, self.routing_iters)  # (B, 10, 16), (B, 1152, 10)
+
+
+class Decoder(nn.Module):
+    """Reconstruction network of Fig. 2: FC 160 -> 512 -> 1024 -> H*W with ReLU, ReLU, sigmoid.
+
+    Its input is the digit capsules with all but the chosen ones zeroed (section 4.1).
+    """
+
+    def __init__(self, num_caps: int = 10, caps_dim: int = 16, image_size: int = 28):
+        super().__init__()
+        self.image_size = image_size
+        self.net = nn.Sequential(
+            nn.Linear(num_caps * caps_dim, 512), nn.ReLU(inplace=True),
+            nn.Linear(512, 1024), nn.ReLU(inplace=True),
+            nn.Linear(1024, image_size * image_size), nn.Sigmoid(),
+        )
+
+    def forward(self, masked_capsules: torch.Tensor) -> torch.Tensor:
+        x = self.net(masked_capsules.flatten(1))  # (B, H*W)
+        return x.view(-1, self.image_size, self.image_size)
+
+
+def mask_capsules(capsules: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """Zero every digit capsule except `classes` (B,) -> (B, 10, 16), the decoder's input."""
+    keep = F.one_hot(classes, capsules.shape[1]).to(capsules.dtype)  # (B, 10)
+    return capsules * keep.unsqueeze(-1)
+
+
+def margin_loss(lengths: torch.Tensor, targets: torch.Tensor, m_plus: float = contract.M_PLUS,
+                m_minus: float = contract.M_MINUS, lam: float = contract.LAMBDA_ABSENT) -> torch.Tensor:
+    """Eq. 4, L_k = T_k max(0, m+ - ||v_k||)^2 + lam (1 - T_k) max(0, ||v_k|| - m-)^2,
+    summed over the classes k and averaged over the batch.
+
+    Args:
+        lengths: ||v_k||, (B, K).
+        targets: class indices (B,) or a multi-hot (B, K) for images with several digits.
+    """
+    T = targets if targets.dim() == 2 else F.one_hot(targets, lengths.shape[1])
+    T = T.to(lengths.dtype)
+    present = T * F.relu(m_plus - lengths) ** 2
+    absent = lam * (1.0 - T) * F.relu(lengths - m_minus) ** 2
+    return (present + absent).sum(dim=1).mean()
+
+
+def reconstruction_loss(reconstruction: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """Sum of squared pixel errors per image (section 4.1; not the mean), averaged over the batch."""
+    return ((reconstruction - images.view_as(reconstruction)) ** 2).flatten(1).sum(dim=1).mean()
+
+
+@dataclass
+class CapsNetConfig:
+    image_size: int = contract.IMAGE_SIZE  # 28 for MNIST; 36 for MultiMNIST, 40 for affine tests
+    conv_chans: int = 256
+    primary_types: int = contract.PRIMARY_TYPES
+    primary_dim: int = contract.PRIMARY_DIM
+    num_classes: int = contract.NUM_CLASSES
+    caps_dim: int = contract.CAPSULE_DIM
+    routing_iters: int = 3  # r in Procedure 1
+    reconstruction: bool = True  # the decoder and its loss (Table 1's ablation)
+    recon_weight: float = 0.0005  # scales the sum-squared reconstruction error (section 4.1)
+
+    @property
+    def primary_grid(self) -> int:
+        after_conv1 = self.image_size - 8  # 9x9, stride 1
+        return (after_conv1 - 9) // 2 + 1  # 9x9, stride 2
+
+    @property
+    def num_primary(self) -> int:
+        return self.primary_types * self.primary_grid ** 2
+
+
+class CapsNetOutput(NamedTuple):
+    lengths: torch.Tensor  # (B, 10) ||v_j||
+    capsules: torch.Tensor  # (B, 10, 16) v_j
+    routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration
+    reconstruction: torch.Tensor | None  # (B, 28, 28), None without a decoder
+
+
+class CapsNet(nn.Module):
+    """Conv1 -> PrimaryCaps -> DigitCaps (+ Decoder), section 4 and Fig. 1-2."""
+
+    def __init__(self, config: CapsNetConfig):
+        super().__init__()
+        self.config = config
+        self.conv1 = nn.Conv2d(1, config.conv_chans, kernel_size=9, stride=1)
+        self.primary = PrimaryCaps(config.conv_chans, config.primary_types, config.primary_dim)
+        self.digits = DigitCaps(config.num_primary, config.primary_dim, config.num_classes,
+                                config.caps_dim, config.routing_iters)
+        self.decoder = (Decoder(config.num_classes, config.caps_dim, config.image_size)
+                        if config.reconstruction else None)
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16) and couplings (B, 1152, 10)."""
+        x = F.relu(self.conv1(x))  # (B, 256, 20, 20)
+        u = self.primary(x)  # (B, 1152, 8)
+        return self.digits(u)
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> CapsNetOutput:
+        """One forward for training and inference.
+
+        The decoder draws the capsule of `targets` when given (the true label, in training) and the
+        longest capsule otherwise (inference), section 4.1.
+        """
+        capsules, routing = self.forward_features(x)
+        lengths = capsule_length(capsules)  # (B, 10)
+        reconstruction = None
+        if self.decoder is not None:
+            chosen = targets if targets is not None else lengths.argmax(dim=1)
+            reconstruction = self.decoder(mask_capsules(capsules, chosen))
+        return CapsNetOutput(lengths, capsules, routing, reconstruction)
+
+    def loss(self, out: CapsNetOutput, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Margin loss (Eq. 4) + recon_weight * sum-squared reconstruction error (section 4.1)."""
+        loss = margin_loss(out.lengths, targets)
+        if out.reconstruction is not None:
+            loss = loss + self.config.recon_weight * reconstruction_loss(out.reconstruction, images)
+        return loss
+
+    def num_params(self, decoder: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if not decoder and self.decoder is not None:
+            n -= sum(p.numel() for p in self.decoder.parameters())
+        return n

