@@ -57,9 +57,11 @@ class DigitCaps(nn.Module):
         self.routing_iters = routing_iters
         self.W = nn.Parameter(0.01 * torch.randn(in_caps, num_caps, out_dim, in_dim))
 
-    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Primary capsules (B, 1152, 8) -> v (B, 10, 16), c (B, 1152, 10) and the votes u_hat."""
         u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
-        return dynamic_routing(u_hat, self.routing_iters)  # (B, 10, 16), (B, 1152, 10)
+        v, c = dynamic_routing(u_hat, self.routing_iters)  # (B, 10, 16), (B, 1152, 10)
+        return v, c, u_hat
 
 
 class Decoder(nn.Module):
@@ -136,6 +138,7 @@ class CapsNetOutput(NamedTuple):
     capsules: torch.Tensor  # (B, 10, 16) v_j
     routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration
     reconstruction: torch.Tensor | None  # (B, 28, 28), None without a decoder
+    votes: torch.Tensor  # (B, 1152, 10, 16) prediction vectors u_hat_j|i
 
 
 class CapsNet(nn.Module):
@@ -151,8 +154,9 @@ class CapsNet(nn.Module):
         self.decoder = (Decoder(config.num_classes, config.caps_dim, config.image_size)
                         if config.reconstruction else None)
 
-    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16) and couplings (B, 1152, 10)."""
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16), couplings (B, 1152, 10)
+        and votes (B, 1152, 10, 16)."""
         x = F.relu(self.conv1(x))  # (B, 256, 20, 20)
         u = self.primary(x)  # (B, 1152, 8)
         return self.digits(u)
@@ -163,13 +167,13 @@ class CapsNet(nn.Module):
         The decoder draws the capsule of `targets` when given (the true label, in training) and the
         longest capsule otherwise (inference), section 4.1.
         """
-        capsules, routing = self.forward_features(x)
+        capsules, routing, votes = self.forward_features(x)
         lengths = capsule_length(capsules)  # (B, 10)
         reconstruction = None
         if self.decoder is not None:
             chosen = targets if targets is not None else lengths.argmax(dim=1)
             reconstruction = self.decoder(mask_capsules(capsules, chosen))
-        return CapsNetOutput(lengths, capsules, routing, reconstruction)
+        return CapsNetOutput(lengths, capsules, routing, reconstruction, votes)
 
     def loss(self, out: CapsNetOutput, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Margin loss (Eq. 4) + recon_weight * sum-squared reconstruction error (section 4.1)."""

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from model import contract
-from model.capsnet import CapsNet, mask_capsules
+from model.capsnet import CapsNet, capsule_length, mask_capsules
 from training import data
 from training.evaluate import evaluate_onnx, load_checkpoint
 
@@ -30,7 +30,11 @@ PARITY_TOL = 1e-4
 
 
 class ExportedCapsNet(nn.Module):
-    """image -> (lengths, capsules, routing, reconstruction), the order of contract.CAPSNET_OUTPUTS."""
+    """image -> (lengths, capsules, routing, reconstruction, vote_lengths), contract.CAPSNET_OUTPUTS.
+
+    vote_lengths = ||u_hat_j|i|| lets the service draw where each digit's support comes from
+    (sum over the 32 primary types of c_ij ||u_hat_j|i|| on the 6x6 grid) without a second pass.
+    """
 
     def __init__(self, model: CapsNet):
         super().__init__()
@@ -41,7 +45,7 @@ class ExportedCapsNet(nn.Module):
 
     def forward(self, image: torch.Tensor):
         out = self.model(image)
-        return out.lengths, out.capsules, out.routing, out.reconstruction
+        return out.lengths, out.capsules, out.routing, out.reconstruction, capsule_length(out.votes)
 
 
 class ExportedDecoder(nn.Module):
