@@ -1,0 +1,152 @@
+"""Dynamic batching: concurrent requests are gathered and run as one batch (Triton's idea).
+
+A job is an array with a leading batch axis (a single image is (1, 1, 28, 28)); jobs are stacked
+up to `max_batch` rows and the outputs are split back per job. The gathering loop and
+`session.run` live on one dedicated thread, so the event loop never blocks and any event loop can
+submit: `submit` awaits a concurrent.futures.Future through asyncio.wrap_future (uvicorn has one
+loop; test clients run one per call).
+
+Wait policy (`max_wait`, Triton's max_queue_delay): a batch waits up to max_wait after its first
+job arrived for more jobs, but only under load, i.e. when it already holds several jobs or the last
+batch did. A lone request at low load runs at once, so batching adds no latency there.
+"""
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.metrics import EngineMetrics
+
+log = logging.getLogger(__name__)
+
+RunBatch = Callable[[np.ndarray], Sequence[np.ndarray]]
+
+
+class QueueFullError(Exception):
+    """More requests are waiting than max_queue allows; the client should retry later."""
+
+
+@dataclass
+class _Job:
+    x: np.ndarray  # (n, ...)
+    future: Future = field(default_factory=Future)
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+_STOP = object()
+
+
+class DynamicBatcher:
+    """Runs `run_batch` on stacked jobs from a queue, on its own thread.
+
+    Args:
+        run_batch: (B, ...) -> a sequence of outputs, each with the leading axis B.
+        max_batch: most rows per run; 1 turns batching off. A larger single job runs alone.
+        max_wait: seconds a batch under load waits for more jobs after its first one arrived.
+        max_queue: most jobs waiting; beyond it `submit` raises QueueFullError.
+    """
+
+    def __init__(self, run_batch: RunBatch, name: str, max_batch: int, max_wait: float, max_queue: int,
+                 metrics: EngineMetrics | None = None):
+        self.run_batch, self.name = run_batch, name
+        self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
+        self.metrics = metrics
+        self._queue: queue.Queue = queue.Queue()
+        self._held: _Job | None = None  # a job that did not fit in the last batch
+        self._last_size = 1
+        self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    async def submit(self, x: np.ndarray) -> list[np.ndarray]:
+        """Queue x (n, ...) and wait for its outputs, each (n, ...)."""
+        if self._queue.qsize() >= self.max_queue:
+            raise QueueFullError(f"the server is busy: {self.max_queue} requests are already waiting; retry shortly")
+        job = _Job(x)
+        self._queue.put(job)
+        if self.metrics:
+            self.metrics.queue_depth.set(self._queue.qsize())
+        return await asyncio.wrap_future(job.future)
+
+    # --- the batching thread ---------------------------------------------------------------------
+    def _next(self, timeout: float | None):
+        """The held job, else the next queued one; None when none came within timeout."""
+        if self._held is not None:
+            job, self._held = self._held, None
+            return job
+        try:
+            return self._queue.get(timeout=timeout) if timeout != 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _gather(self) -> list[_Job] | None:
+        """Block for a first job, then add jobs until max_batch rows or the wait is over."""
+        first = self._next(timeout=None)
+        if first is _STOP:
+            return None
+        jobs, rows = [first], len(first.x)
+        deadline = first.enqueued + self.max_wait
+        while rows < self.max_batch:
+            job = self._next(timeout=0)
+            if job is None:
+                under_load = len(jobs) > 1 or self._last_size > 1
+                remaining = deadline - time.monotonic()
+                if not under_load or remaining <= 0:
+                    break
+                job = self._next(timeout=remaining)
+                if job is None:
+                    break
+            if job is _STOP or rows + len(job.x) > self.max_batch:
+                self._held = job  # runs first next time (_STOP: ends the loop after this batch)
+                break
+            jobs.append(job)
+            rows += len(job.x)
+        return jobs
+
+    def _loop(self) -> None:
+        while (jobs := self._gather()) is not None:
+            jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # drop cancelled
+            if jobs:
+                self._run(jobs)
+        self._fail_waiting()
+
+    def _run(self, jobs: list[_Job]) -> None:
+        start = time.monotonic()
+        x = jobs[0].x if len(jobs) == 1 else np.concatenate([job.x for job in jobs])
+        self._last_size = len(x)
+        try:
+            outputs = self.run_batch(x)
+        except Exception as exc:  # every waiting request fails with it; the route answers 500
+            log.exception("%s: a batch of %d failed", self.name, len(x))
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        elapsed = time.monotonic() - start
+        if self.metrics:
+            self.metrics.batch_size.labels(self.name).observe(len(x))
+            self.metrics.inference_seconds.labels(self.name).observe(elapsed)
+            self.metrics.queue_depth.set(self._queue.qsize())
+        offset = 0
+        for job in jobs:
+            n = len(job.x)
+            job.future.set_result([out[offset:offset + n] for out in outputs])
+            if self.metrics:
+                self.metrics.queue_seconds.observe(start - job.enqueued)
+            offset += n
+
+    def _fail_waiting(self) -> None:
+        """On shutdown, answer whatever is still queued instead of leaving it hanging."""
+        while (job := self._next(timeout=0)) is not None:
+            if job is not _STOP and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(RuntimeError("the server is shutting down"))

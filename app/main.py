@@ -1,0 +1,49 @@
+"""The FastAPI app: create_app(settings) builds it; the lifespan loads the engine once.
+
+$ python -m app                       # uvicorn on CAPSNET_HOST:CAPSNET_PORT (127.0.0.1:8000)
+$ curl -F file=@digit.png localhost:8000/predict
+"""
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from app.engine import Engine
+from app.errors import register_error_handlers
+from app.metrics import setup_metrics
+from app.middleware import REQUEST_ID, BodyLimitMiddleware, RequestIdMiddleware
+from app.routes import health, predict, reconstruct
+from app.settings import Settings, get_settings
+
+DESCRIPTION = """CapsNet (Sabour, Frosst & Hinton 2017, https://arxiv.org/abs/1710.09829) on ONNX Runtime.
+
+Post a handwritten digit to `/predict`; get the digit capsules' lengths (class probabilities), the
+capsules, the decoder's reconstruction and the routing coefficients. Every client mistake is a 4xx
+with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    engine = Engine(app.state.settings, app.state.metrics)
+    engine.start()  # warms up in the background; GET /ready says when done
+    app.state.engine = engine
+    try:
+        yield
+    finally:
+        engine.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="CapsNet service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.metrics = setup_metrics(app)
+    register_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["*"], expose_headers=[REQUEST_ID])
+    for module in (predict, reconstruct, health):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,38 @@
+"""Prometheus metrics: HTTP metrics from prometheus-fastapi-instrumentator plus the engine's own.
+
+Each app gets its own CollectorRegistry, so several apps (tests, the benchmark) can live in one
+process without "duplicated timeseries" errors.
+"""
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_fastapi_instrumentator import Instrumentator
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class EngineMetrics:
+    """What the batcher records: how big the batches are and how long they take."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.batch_size = Histogram("capsnet_batch_size", "Images per ONNX Runtime run (dynamic batching)",
+                                    ["model"], buckets=BATCH_BUCKETS, registry=registry)
+        self.inference_seconds = Histogram("capsnet_inference_seconds", "Wall time of one session.run",
+                                           ["model"], buckets=SECONDS_BUCKETS, registry=registry)
+        self.queue_seconds = Histogram("capsnet_queue_seconds", "Time a request waited for its batch",
+                                       buckets=SECONDS_BUCKETS, registry=registry)
+        self.queue_depth = Gauge("capsnet_queue_depth", "Requests waiting for the batcher", registry=registry)
+
+
+def setup_metrics(app: FastAPI) -> EngineMetrics:
+    """Instrument the app's HTTP handlers, expose GET /metrics and return the engine's metrics."""
+    registry = CollectorRegistry()
+    for collector in (ProcessCollector, PlatformCollector, GCCollector):
+        collector(registry=registry)
+    Instrumentator(registry=registry, excluded_handlers=["/metrics"]).instrument(app).expose(
+        app, include_in_schema=True, tags=["health"],
+        summary="Prometheus metrics (text format): HTTP, batch sizes, inference time")
+    return EngineMetrics(registry)

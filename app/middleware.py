@@ -1,0 +1,82 @@
+"""Pure ASGI middleware: request ids with a last-resort 500, and a streaming body-size limit."""
+import logging
+import re
+import uuid
+
+from fastapi import HTTPException
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID = "X-Request-ID"
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class RequestIdMiddleware:
+    """Tags every response with X-Request-ID (the client's, if sane, else a new one).
+
+    An exception nobody handled is logged with the id and answered 500 {"detail": "internal error,
+    request id ..."}: the client gets the id to quote, never a stack trace.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = Headers(scope=scope).get(REQUEST_ID, "")
+        request_id = given if _CLIENT_ID.fullmatch(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                MutableHeaders(scope=message).append(REQUEST_ID, request_id)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error in %s %s, request id %s", scope["method"], scope["path"], request_id)
+            if not started:
+                response = JSONResponse({"detail": f"internal error, request id {request_id}"}, 500)
+                await response(scope, receive, send_with_id)
+
+
+class BodyLimitMiddleware:
+    """Answers 413 to bodies over max_bytes: at once from Content-Length, else while they stream in.
+
+    Nothing larger than the limit is ever held in memory.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    def _too_large(self, size: str) -> str:
+        return f"the request body is {size}; the limit is {self.max_bytes:,} bytes"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            detail = (self._too_large(f"{int(declared):,} bytes") if declared.isdigit()
+                      else f"Content-Length {declared!r} is not a number of bytes")
+            return await JSONResponse({"detail": detail}, 413 if declared.isdigit() else 400)(scope, receive, send)
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise HTTPException(413, self._too_large("larger than that"))
+            return message
+
+        await self.app(scope, limited_receive, send)

@@ -1,0 +1,1 @@
+"""One router per resource: predict, reconstruct, health (health, ready, model)."""

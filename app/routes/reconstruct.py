@@ -1,0 +1,31 @@
+"""POST /reconstruct: digit capsules in, the decoder's drawings out (the paper's Fig. 4 perturbations)."""
+import numpy as np
+import orjson
+from fastapi import APIRouter, HTTPException, Response
+from fastapi.concurrency import run_in_threadpool
+
+from app import imaging
+from app.deps import EngineDep, SettingsDep
+from app.schemas import ErrorMessage, ReconstructRequest, ReconstructResponse
+
+router = APIRouter(tags=["model"])
+
+
+def render(images: np.ndarray) -> bytes:
+    items = [{"image": image, "png": imaging.png_data_url(image)} for image in images]
+    return orjson.dumps({"items": items}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+@router.post("/reconstruct", response_model=ReconstructResponse, summary="Draw digit capsules with the decoder",
+             responses={422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"}})
+async def reconstruct(body: ReconstructRequest, engine: EngineDep, settings: SettingsDep) -> Response:
+    """`{"digit": 3, "capsule": [16 numbers]}` or `{"items": [...]}` (at most max_reconstruct_batch, 256 by
+    default). The decoder sees the 10 digit capsules with all but `digit` set to zero (section 4.1)."""
+    items = body.as_items()
+    if len(items) > settings.max_reconstruct_batch:
+        raise HTTPException(422, f"items holds {len(items)} capsules; the limit is {settings.max_reconstruct_batch} "
+                                 "per request")
+    digits = np.array([item.digit for item in items])
+    capsules = np.array([item.capsule for item in items], np.float32)
+    images = await engine.reconstruct(digits, capsules)
+    return Response(await run_in_threadpool(render, images), media_type="application/json")

@@ -1,0 +1,157 @@
+"""Request and response bodies of the HTTP contract (DESIGN.md), named by role.
+
+Shapes are in the schemas (min/max lengths) so that the OpenAPI document says them and
+schemathesis checks them; the examples have the real shapes.
+"""
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from model import contract
+
+C, D, S, G, P = (contract.NUM_CLASSES, contract.CAPSULE_DIM, contract.IMAGE_SIZE, contract.PRIMARY_GRID,
+                 contract.NUM_PRIMARY)
+CAPSULE_LIMIT = 1000.0  # digit capsules are squashed (length < 1); the bound keeps float32 finite
+
+
+def vector(n: int, item=float, description: str | None = None):
+    return Annotated[list[item], Field(min_length=n, max_length=n, description=description)]
+
+
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+Image28 = vector(S, vector(S, Unit), "28x28 pixels in [0, 1], rows first")
+PNG_EXAMPLE = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABwAAAAcCAAAAABXZoBIAAAAwUlEQVR42mNgGDaAEUKF"
+               "pD77sfTFHeyS9xQYGBg+X4UKPuk6w8DAwMDAAuGm6l/TMnSweCzLwPDntSTDozPIOhkYGBgYBA3PmDIw/Lh1XShnGi5nBP+9"
+               "KIRLTuzl/2AokwlDMlv0/U1cGq1//rPD6fHWf7tZcclxnv1hhVNj3b9tOOW8f3+wxCUnfPffMlxyzKf/3VbGJan2758vLjn5"
+               "B/+KGXF78Z8JLjnbT+iSSGFrw8Nw9wuKJAsy56LzO+ITGABpETyQcCy90wAAAABJRU5ErkJggg==")  # test image 0, a 7
+INCLUDE_OPTIONS = ("capsules", "reconstruction", "routing")
+Preprocess = Literal["mnist", "none"]
+
+
+# --- /predict -------------------------------------------------------------------------------------
+class PredictRequest(BaseModel):
+    """JSON form of /predict (the other is multipart with a `file` field)."""
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"image": PNG_EXAMPLE}]})
+    image: str = Field(min_length=1, description="the image file as base64, or as a data URL (data:image/png;base64,...)")
+
+
+class Reconstruction(BaseModel):
+    image: Image28
+    png: str = Field(description="the same image as a PNG data URL", examples=[PNG_EXAMPLE])
+
+
+class Routing(BaseModel):
+    coefficients: vector(P, vector(C, Unit)) = Field(
+        description="final coupling coefficients c_ij of Procedure 1, 1152 primary capsules x 10 digits; "
+                    "each row sums to 1. Primary capsule i = type*36 + row*6 + col")
+    maps: vector(C, vector(G, vector(G))) = Field(
+        description="per digit j, a 6x6 map: Σ over the 32 primary types of c_ij·||u_hat_j|i|| "
+                    "(weighting=vote_length) or the mean c_ij over the types (weighting=coupling)")
+    weighting: Literal["vote_length", "coupling"] = Field(description="which formula made the maps")
+
+
+class ModelInfo(BaseModel):
+    name: str = Field(examples=["capsnet-mnist"])
+    version: str = Field(description="first 12 hex digits of the sha256 of capsnet.onnx", examples=["0f9463a855b3"])
+    provider: str = Field(description="the ONNX Runtime execution provider in use", examples=["CPUExecutionProvider"])
+
+
+def _predict_example() -> dict:
+    probabilities = [0.01] * C
+    probabilities[7] = 0.98
+    return {
+        "prediction": 7,
+        "probabilities": probabilities,
+        "capsules": [[0.0] * D for _ in range(C)],
+        "reconstruction": {"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE},
+        "routing": {"coefficients": [[0.1] * C for _ in range(P)],
+                    "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)], "weighting": "vote_length"},
+        "input": PNG_EXAMPLE,
+        "model": {"name": "capsnet-mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider"},
+    }
+
+
+class PredictResponse(BaseModel):
+    """What the model says about one image. `include` leaves out capsules, reconstruction, routing."""
+    model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
+    prediction: int = Field(ge=0, le=C - 1, description="the digit with the longest capsule")
+    probabilities: vector(C, Unit) = Field(description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)")
+    capsules: vector(C, vector(D)) | None = Field(None, description="digit capsules v_j, 10x16")
+    reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the predicted capsule")
+    routing: Routing | None = None
+    input: str = Field(description="the 28x28 image the model saw, as a PNG data URL", examples=[PNG_EXAMPLE])
+    model: ModelInfo
+
+
+# --- /reconstruct ---------------------------------------------------------------------------------
+Capsule = vector(D, Annotated[float, Field(ge=-CAPSULE_LIMIT, le=CAPSULE_LIMIT, allow_inf_nan=False)],
+                 "a 16D digit capsule, finite numbers within ±1000")
+
+
+class ReconstructItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    digit: int = Field(ge=0, le=C - 1, description="which digit capsule to fill (the others stay zero)")
+    capsule: Capsule
+
+
+class ReconstructRequest(BaseModel):
+    """One capsule (`digit` + `capsule`) or a batch (`items`)."""
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"digit": 7, "capsule": [0.05] * D},
+        {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25] + [0.0] * (D - 1)}]},
+    ]})
+    digit: int | None = Field(None, ge=0, le=C - 1)
+    capsule: Capsule | None = None
+    items: list[ReconstructItem] | None = Field(None, min_length=1, description="a batch, at most max_reconstruct_batch")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "ReconstructRequest":
+        single = self.digit is not None or self.capsule is not None
+        if self.items is not None and single:
+            raise ValueError("send either digit and capsule, or items, not both")
+        if self.items is None and (self.digit is None or self.capsule is None):
+            raise ValueError("send digit (0-9) and capsule (16 numbers), or items (a list of them)")
+        return self
+
+    def as_items(self) -> list[ReconstructItem]:
+        return self.items if self.items is not None else [ReconstructItem(digit=self.digit, capsule=self.capsule)]
+
+
+class ReconstructResponse(BaseModel):
+    """One reconstruction per requested capsule, in order."""
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"items": [{"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE}]}]})
+    items: list[Reconstruction]
+
+
+# --- health ---------------------------------------------------------------------------------------
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Ready(BaseModel):
+    status: Literal["ready"] = "ready"
+    providers: list[str] = Field(examples=[["CPUExecutionProvider"]])
+
+
+class Batching(BaseModel):
+    max_batch: int = Field(description="most images per ONNX Runtime run; 1 = batching off")
+    max_wait_ms: float = Field(description="how long a batch under load waits to fill up")
+    max_queue: int = Field(description="most requests waiting; beyond it 503")
+
+
+class ModelCard(BaseModel):
+    """capsnet.json (the model card written by training/export.py) plus what runs it here."""
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
+        {"name": "capsnet-mnist", "version": "0f9463a855b3", "test_accuracy": 0.9965,
+         "providers": ["CPUExecutionProvider"],
+         "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024}, "routing_maps": "vote_length"}]})
+    name: str
+    version: str
+    providers: list[str] = Field(description="session.get_providers(): what really runs the model")
+    batching: Batching
+    routing_maps: Literal["vote_length", "coupling"]
+
+
+class ErrorMessage(BaseModel):
+    detail: str = Field(examples=["the file is not a PNG, JPEG, BMP, GIF or WebP image"])

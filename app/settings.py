@@ -1,0 +1,83 @@
+"""Service settings, read from the environment with the prefix CAPSNET_ (e.g. CAPSNET_MAX_BATCH=32).
+
+List settings take JSON or a comma list: CAPSNET_PROVIDERS=CPUExecutionProvider,
+CAPSNET_CORS_ORIGINS='["http://localhost:7860"]'. Bad values stop start-up with a message
+(full-stack-fastapi-template's "typed settings that fail loudly").
+"""
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+import onnxruntime as ort
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from model import contract
+
+DEFAULT_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+MB = 1024 * 1024
+
+
+def _split_list(value):
+    """'a,b' or '["a", "b"]' -> ['a', 'b']; lists pass through."""
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("["):
+            return json.loads(value)
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CAPSNET_", env_ignore_empty=True, extra="ignore")
+
+    # --- model and execution ---------------------------------------------------------------------
+    model_dir: Path = contract.MODEL_DIR  # holds capsnet.onnx, decoder.onnx, capsnet.json
+    providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
+    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = its default")
+    # --- dynamic batching (Triton's max_batch_size / max_queue_delay) ----------------------------
+    max_batch: int = Field(64, ge=1, le=1024, description="1 turns batching off")
+    max_wait_ms: float = Field(2.0, ge=0.0, le=1000.0)
+    max_queue: int = Field(1024, ge=1)
+    # --- request limits --------------------------------------------------------------------------
+    max_body_bytes: int = Field(5 * MB, ge=1024)
+    max_pixels: int = Field(40_000_000, ge=contract.IMAGE_SIZE ** 2)
+    max_reconstruct_batch: int = Field(256, ge=1, le=4096)
+    # --- HTTP server -----------------------------------------------------------------------------
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    host: str = "127.0.0.1"  # 0.0.0.0 in a container
+    port: int = Field(8000, ge=1, le=65535)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @field_validator("providers", "cors_origins", mode="before")
+    @classmethod
+    def _lists(cls, value):
+        return _split_list(value)
+
+    @field_validator("providers")
+    @classmethod
+    def _known_providers(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one ONNX Runtime execution provider")
+        unknown = [p for p in value if p not in ort.get_all_providers()]
+        if unknown:
+            raise ValueError(f"unknown execution provider(s) {unknown}; ONNX Runtime knows {ort.get_all_providers()}")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value):
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _model_files_exist(self) -> "Settings":
+        for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
+            if not (self.model_dir / name).is_file():
+                raise ValueError(f"model_dir {self.model_dir} has no {name} (export one with `python -m training.export`)")
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,168 @@
+"""app/imaging.py: safe decoding of every supported format and mode, and MNIST-style normalisation."""
+import base64
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app import imaging
+from app.imaging import ImageError
+from app_images import png_bytes
+
+MAX_PIXELS = 40_000_000
+
+
+@pytest.fixture(scope="module")
+def seven(mnist_fixture) -> np.ndarray:
+    """MNIST test image 0 (a 7) as floats in [0, 1]: already MNIST-normalised, the reference."""
+    return mnist_fixture[0][0].astype(np.float32) / 255
+
+
+def load(data: bytes, mode: str = "mnist") -> np.ndarray:
+    return imaging.preprocess(imaging.decode(data, MAX_PIXELS), mode)
+
+
+def drawn_in_corner(reference: np.ndarray, canvas: int = 280, height: int = 70, at=(12, 20)) -> np.ndarray:
+    """The reference digit's ink redrawn `height` pixels tall in the top-left corner of a big canvas."""
+    rows, cols = np.flatnonzero(reference.any(1)), np.flatnonzero(reference.any(0))
+    crop = reference[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    width = round(crop.shape[1] * height / crop.shape[0])
+    big = np.asarray(Image.fromarray(crop).resize((width, height), Image.Resampling.BICUBIC)).clip(0, 1)
+    ink = np.zeros((canvas, canvas), np.float32)
+    ink[at[0]:at[0] + height, at[1]:at[1] + width] = big
+    return ink
+
+
+def canvases(ink: np.ndarray) -> dict[str, bytes]:
+    """One drawing, four ways a client may send it."""
+    u8 = np.round(ink * 255).astype(np.uint8)
+    rgba = np.zeros(ink.shape + (4,), np.uint8)
+    rgba[..., 3] = u8  # black strokes on a transparent layer (Gradio sketchpad)
+    dark_theme = np.round(0.2 * 255 + ink * (255 - 0.2 * 255)).astype(np.uint8)  # white on #333333
+    return {
+        "light-on-dark": png_bytes(u8),
+        "dark-on-light": png_bytes(Image.fromarray(255 - u8).convert("RGB")),
+        "rgba-transparent": png_bytes(Image.fromarray(rgba, "RGBA")),
+        "dark-theme": png_bytes(Image.fromarray(dark_theme).convert("RGB")),
+    }
+
+
+def centre_of_mass(x: np.ndarray) -> tuple[float, float]:
+    ys, xs = np.indices(x.shape)
+    return float((ys * x).sum() / x.sum()), float((xs * x).sum() / x.sum())
+
+
+def test_mnist_digits_come_back_unchanged(mnist_fixture):
+    images = mnist_fixture[0][:100].astype(np.float32) / 255
+    errors = [np.abs(load(png_bytes(np.round(x * 255).astype(np.uint8))) - x).mean() for x in images]
+    assert np.mean(errors) < 0.01
+
+
+def test_small_digit_in_a_corner_normalises_like_mnist(seven):
+    outs = {name: load(data) for name, data in canvases(drawn_in_corner(seven)).items()}
+    for name, out in outs.items():
+        assert out.shape == (28, 28) and out.dtype == np.float32, name
+        assert 0.0 <= out.min() and out.max() == pytest.approx(1.0), name
+        cy, cx = centre_of_mass(out)
+        assert abs(cy - 14) <= 0.5 and abs(cx - 14) <= 0.5, (name, cy, cx)
+        rows, cols = np.flatnonzero(out.any(1)), np.flatnonzero(out.any(0))
+        assert max(rows[-1] - rows[0], cols[-1] - cols[0]) + 1 <= 21, name  # 20x20 box (+1 for LANCZOS tails)
+        assert np.abs(out - seven).mean() < 0.03, name  # close to the MNIST original
+        assert np.corrcoef(out.ravel(), seven.ravel())[0, 1] > 0.9, name
+        np.testing.assert_allclose(out, outs["light-on-dark"], atol=0.02, err_msg=name)
+
+
+def test_jpeg_noise_does_not_move_the_digit(seven):
+    ink = drawn_in_corner(seven)
+    jpeg = png_bytes(Image.fromarray(255 - np.round(ink * 255).astype(np.uint8)), "JPEG", quality=70)
+    out = load(jpeg)
+    assert np.corrcoef(out.ravel(), seven.ravel())[0, 1] > 0.85
+
+
+@pytest.mark.parametrize("fmt,args", [("PNG", {}), ("BMP", {}), ("WEBP", {"lossless": True}), ("GIF", {})])
+def test_formats_decode_alike(seven, fmt, args):
+    u8 = np.round(seven * 255).astype(np.uint8)
+    np.testing.assert_allclose(load(png_bytes(u8, fmt, **args), "none"), u8 / 255, atol=1 / 255 + 1e-6)
+
+
+def test_gif_first_frame(seven):
+    first = Image.fromarray(np.round(seven * 255).astype(np.uint8))
+    second = Image.fromarray(np.zeros((28, 28), np.uint8))
+    data = png_bytes(first, "GIF", save_all=True, append_images=[second], duration=100)
+    np.testing.assert_allclose(load(data, "none"), np.round(seven * 255) / 255, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "P", "1", "CMYK", "LA", "I;16"])
+def test_modes(seven, mode):
+    u8 = (seven > 0.5).astype(np.uint8) * 255  # bilevel, so every mode can hold it exactly
+    if mode == "I;16":
+        image = Image.fromarray(u8.astype(np.uint16) * 257)
+    elif mode == "LA":
+        image = Image.merge("LA", [Image.fromarray(u8), Image.new("L", (28, 28), 255)])
+    else:
+        image = Image.fromarray(u8).convert(mode)
+    fmt = "JPEG" if mode == "CMYK" else "PNG"
+    out = load(png_bytes(image, fmt, **({"quality": 100} if fmt == "JPEG" else {})), "none")
+    np.testing.assert_allclose(out, u8 / 255, atol=0.1 if fmt == "JPEG" else 1e-6)
+
+
+def test_palette_transparency_is_ink(seven):
+    u8 = np.where(seven > 0.5, 1, 0).astype(np.uint8)
+    image = Image.fromarray(u8, "P")
+    image.putpalette([255, 255, 255, 0, 0, 0])  # index 0 transparent white, 1 black ink
+    data = png_bytes(image, transparency=0)
+    out = load(data)
+    reference = load(png_bytes(u8 * 255))
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+
+
+def test_exif_orientation_is_applied(seven):
+    u8 = np.round(seven * 255).astype(np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # the camera was turned: rotate 90° clockwise to display
+    stored = Image.fromarray(np.rot90(u8, 1).copy())  # what such a camera stores (rotated 90° counter-clockwise)
+    out = load(png_bytes(stored, exif=exif), "none")
+    np.testing.assert_allclose(out, u8 / 255, atol=1e-6)
+
+
+def test_none_needs_28x28():
+    with pytest.raises(ImageError, match="28x28"):
+        load(png_bytes(np.zeros((280, 280), np.uint8)), "none")
+
+
+@pytest.mark.parametrize("image", [
+    Image.new("L", (280, 280), 255),
+    Image.new("RGB", (100, 60), (51, 51, 51)),
+    Image.new("RGBA", (280, 280), (0, 0, 0, 0)),
+    Image.new("RGBA", (280, 280), (255, 255, 255, 255)),
+])
+def test_empty_canvas_has_no_ink(image):
+    with pytest.raises(ImageError, match="no ink") as info:
+        load(png_bytes(image))
+    assert info.value.status_code == 422
+
+
+def test_pixel_limit_from_the_header():
+    data = png_bytes(Image.new("1", (3000, 3000)))
+    with pytest.raises(ImageError, match="pixels") as info:
+        imaging.decode(data, max_pixels=1_000_000)
+    assert info.value.status_code == 413
+
+
+@pytest.mark.parametrize("text", ["", "data:image/png,abc", "not base64!", "QUJD\u00e9"])
+def test_bad_base64(text):
+    with pytest.raises(ImageError):
+        imaging.decode(imaging.from_base64(text), MAX_PIXELS)
+
+
+def test_base64_and_data_url_agree(seven):
+    data = png_bytes(np.round(seven * 255).astype(np.uint8))
+    encoded = base64.b64encode(data).decode()
+    assert imaging.from_base64(encoded) == data
+    assert imaging.from_base64("data:image/png;base64," + encoded[:40] + "\n" + encoded[40:]) == data
+
+
+def test_png_data_url_round_trip(seven):
+    url = imaging.png_data_url(seven)
+    assert url.startswith("data:image/png;base64,")
+    np.testing.assert_allclose(load(imaging.from_base64(url), "none"), seven, atol=0.5 / 255 + 1e-6)

@@ -1,0 +1,133 @@
+"""POST /predict: real MNIST digits, the response's invariants, include, JSON vs multipart."""
+import base64
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.engine import routing_maps
+from app.imaging import from_base64
+from app_images import png_bytes
+from model import contract
+
+FULL = {"prediction", "probabilities", "capsules", "reconstruction", "routing", "input", "model"}
+
+
+def post_png(client, image: np.ndarray, **params):
+    return client.post("/predict", params=params, files={"file": ("digit.png", png_bytes(image), "image/png")})
+
+
+def decoded_png(url: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(from_base64(url))), np.float32) / 255
+
+
+def test_mnist_digits_get_their_labels(client, mnist_fixture, model_card):
+    if model_card["test_accuracy"] is None:
+        pytest.skip("model/capsnet.json says the shipped model is untrained (test_accuracy is null)")
+    images, labels = mnist_fixture[0][:100], mnist_fixture[1][:100]
+    for preprocess, needed in (("none", 0.98), ("mnist", 0.97)):
+        got = [post_png(client, x, include="", preprocess=preprocess).json()["prediction"] for x in images]
+        assert np.mean(np.array(got) == labels) >= needed, preprocess
+
+
+def test_outputs_keep_their_invariants(client, digits):
+    r = post_png(client, digits[0][0])
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert set(body) == FULL
+    probabilities = np.array(body["probabilities"])
+    assert probabilities.shape == (10,) and ((0 <= probabilities) & (probabilities <= 1)).all()
+    assert body["prediction"] == int(probabilities.argmax())
+    assert np.array(body["capsules"]).shape == (10, 16)
+    lengths = np.sqrt((np.array(body["capsules"]) ** 2).sum(axis=1) + 1e-8)  # eps inside the root (routing.py)
+    np.testing.assert_allclose(lengths, probabilities, rtol=1e-4, atol=1e-6)
+    image = np.array(body["reconstruction"]["image"])
+    assert image.shape == (28, 28) and 0 <= image.min() and image.max() <= 1
+    np.testing.assert_allclose(decoded_png(body["reconstruction"]["png"]), image, atol=0.5 / 255 + 1e-6)
+    coefficients = np.array(body["routing"]["coefficients"])
+    assert coefficients.shape == (1152, 10)
+    np.testing.assert_allclose(coefficients.sum(axis=1), 1.0, atol=1e-5)
+    assert np.array(body["routing"]["maps"]).shape == (10, 6, 6)
+    assert body["routing"]["weighting"] == "vote_length"
+    assert decoded_png(body["input"]).shape == (28, 28)
+    assert body["model"]["provider"] == "CPUExecutionProvider" and len(body["model"]["version"]) == 12
+
+
+def test_routing_maps_sum_coupling_times_vote_length():
+    rng = np.random.default_rng(0)
+    c, u = rng.random((1152, 10)), rng.random((1152, 10))
+    maps = routing_maps(c, u)
+    # capsule i = type*36 + row*6 + col (contract): map_j(row, col) = Σ_type c·|u_hat|
+    row, col, j = 2, 4, 7
+    expected = sum(c[t * 36 + row * 6 + col, j] * u[t * 36 + row * 6 + col, j] for t in range(32))
+    assert maps.shape == (10, 6, 6) and maps[j, row, col] == pytest.approx(expected, rel=1e-5)
+    assert routing_maps(c)[j, row, col] == pytest.approx(c[row * 6 + col::36, j].mean(), rel=1e-5)
+
+
+def test_preprocess_none_equals_the_bare_session(client, engine, digits):
+    x = digits[0][:3].astype(np.float32) / 255
+    lengths, capsules = engine.capsnet.run([contract.LENGTHS, contract.CAPSULES], {contract.IMAGE: x[:, None]})
+    for i in range(3):
+        body = post_png(client, digits[0][i], preprocess="none", include="capsules").json()
+        np.testing.assert_allclose(body["probabilities"], lengths[i], atol=1e-5)
+        np.testing.assert_allclose(body["capsules"], capsules[i], atol=1e-5)
+        np.testing.assert_allclose(decoded_png(body["input"]), x[i], atol=0.5 / 255 + 1e-6)
+
+
+@pytest.mark.parametrize("include,expected", [
+    ("", set()), ("capsules", {"capsules"}), ("routing,reconstruction", {"routing", "reconstruction"}),
+    (" capsules , routing ", {"capsules", "routing"}),
+])
+def test_include_trims_the_response(client, digits, include, expected):
+    body = post_png(client, digits[0][1], include=include).json()
+    assert set(body) == {"prediction", "probabilities", "input", "model"} | expected
+
+
+def test_json_and_multipart_agree(client, digits):
+    data = png_bytes(digits[0][2])
+    multipart = client.post("/predict", files={"file": ("d.png", data, "image/png")}).json()
+    plain = client.post("/predict", json={"image": base64.b64encode(data).decode()}).json()
+    url = client.post("/predict", json={"image": "data:image/png;base64," + base64.b64encode(data).decode()}).json()
+    for other in (plain, url):
+        assert other["prediction"] == multipart["prediction"] and other["input"] == multipart["input"]
+        np.testing.assert_allclose(other["probabilities"], multipart["probabilities"], atol=1e-5)
+        np.testing.assert_allclose(other["routing"]["coefficients"], multipart["routing"]["coefficients"], atol=1e-5)
+
+
+def test_reconstruct_matches_the_predicted_reconstruction(client, digits):
+    body = post_png(client, digits[0][3]).json()
+    digit = body["prediction"]
+    r = client.post("/reconstruct", json={"digit": digit, "capsule": body["capsules"][digit]})
+    assert r.status_code == 200
+    (item,) = r.json()["items"]
+    np.testing.assert_allclose(item["image"], body["reconstruction"]["image"], atol=1e-5)
+
+
+def test_reconstruct_batch_of_the_fig4_grid(client):
+    """The demo's Fig. 4 request: 16 dimensions x 11 perturbations in [-0.25, 0.25], one call."""
+    steps = np.linspace(-contract.PERTURB_LIMIT, contract.PERTURB_LIMIT, 11)
+    items = []
+    for dim in range(16):
+        for step in steps:
+            capsule = np.full(16, 0.1)
+            capsule[dim] += step
+            items.append({"digit": 4, "capsule": capsule.tolist()})
+    r = client.post("/reconstruct", json={"items": items})
+    assert r.status_code == 200
+    images = np.array([item["image"] for item in r.json()["items"]])
+    assert images.shape == (176, 28, 28) and 0 <= images.min() and images.max() <= 1
+    assert all(item["png"].startswith("data:image/png;base64,") for item in r.json()["items"])
+
+
+def test_health_ready_model(client, engine):
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"]}
+    card = client.get("/model").json()
+    assert card["providers"] == ["CPUExecutionProvider"] == engine.capsnet.get_providers()
+    assert card["version"] == engine.version and card["batching"]["max_batch"] == 64
+
+
+def test_request_id_header(client):
+    assert len(client.get("/health").headers["x-request-id"]) == 32
+    assert client.get("/health", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
