@@ -157,6 +157,8 @@ def main(argv=None) -> dict:
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files for parity and the card's accuracy")
     p.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                    help="skip the full test-set evaluation (the card's accuracy is then null)")
+    p.add_argument("--triton", type=Path, default=None, metavar="DIR",
+                   help="also write a Triton model repository of the exported models (training/triton.py)")
     args = p.parse_args(argv)
 
     model, ckpt = load_checkpoint(args.checkpoint)
@@ -173,6 +175,9 @@ def main(argv=None) -> dict:
         print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
     card = model_card(ckpt, capsnet_path, parity, result, data_dir)
     (args.out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    if args.triton:
+        from training.triton import write_repository
+        print("Triton model repository:", *write_repository(args.triton, args.out_dir))
     return card
 
 

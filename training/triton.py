@@ -1,0 +1,154 @@
+"""Write a Triton Inference Server model repository for the exported CapsNet, to serve it on a fleet.
+
+$ python -m training.triton triton_repo                  # from the shipped model/*.onnx
+$ python -m training.export --triton triton_repo         # export, then the same
+$ docker run --gpus=1 -p8000:8000 -v $PWD/triton_repo:/models nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \
+      tritonserver --model-repository=/models
+
+    triton_repo/
+      capsnet/1/model.onnx            image -> lengths, capsules, routing, reconstruction, ...
+      capsnet/config.pbtxt
+      capsnet_decoder/1/model.onnx    capsules (masked) -> reconstruction
+      capsnet_decoder/config.pbtxt
+
+config.pbtxt is generated from the ONNX graph's own inputs and outputs (names, element types,
+shapes), read with the `onnx` package, and checked against model/contract.py: every contract name
+must be in the graph with the contract's shape, and the batch axis must be dynamic, since Triton's
+dynamic batching (the same idea as the app's batcher) stacks requests along it. No torch needed.
+"""
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from model import contract
+
+MAX_BATCH = 64  # the app's default CAPSNET_MAX_BATCH
+MAX_QUEUE_DELAY_US = 2000  # the app's default CAPSNET_MAX_WAIT_MS = 2
+MODELS = {  # Triton model name -> (ONNX file, contract inputs, contract outputs, contract shapes)
+    "capsnet": (contract.CAPSNET_ONNX, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, contract.CAPSNET_SHAPES),
+    "capsnet_decoder": (contract.DECODER_ONNX, contract.DECODER_INPUTS, contract.DECODER_OUTPUTS,
+                        contract.DECODER_SHAPES),
+}
+TRITON_TYPES = {
+    TensorProto.FLOAT: "TYPE_FP32", TensorProto.FLOAT16: "TYPE_FP16", TensorProto.BFLOAT16: "TYPE_BF16",
+    TensorProto.DOUBLE: "TYPE_FP64", TensorProto.INT8: "TYPE_INT8", TensorProto.INT16: "TYPE_INT16",
+    TensorProto.INT32: "TYPE_INT32", TensorProto.INT64: "TYPE_INT64", TensorProto.UINT8: "TYPE_UINT8",
+    TensorProto.UINT16: "TYPE_UINT16", TensorProto.UINT32: "TYPE_UINT32", TensorProto.UINT64: "TYPE_UINT64",
+    TensorProto.BOOL: "TYPE_BOOL", TensorProto.STRING: "TYPE_STRING",
+}
+
+
+def graph_io(path: Path) -> tuple[list[tuple], list[tuple]]:
+    """[(name, triton type, shape)] of the graph's inputs and outputs; a symbolic axis is its name."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+
+    def describe(value):
+        t = value.type.tensor_type
+        shape = tuple(d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in t.shape.dim)
+        return value.name, TRITON_TYPES[t.elem_type], shape
+
+    inputs = [describe(v) for v in graph.input if v.name not in initializers]
+    return inputs, [describe(v) for v in graph.output]
+
+
+def check_contract(path: Path, inputs, outputs, want_inputs, want_outputs, want_shapes) -> None:
+    """Raise if the graph lacks a contract name, has another shape for it, or a fixed batch axis."""
+    have = {name: shape for name, _, shape in inputs + outputs}
+    if [name for name, _, _ in inputs] != list(want_inputs):
+        raise ValueError(f"{path}: inputs {[n for n, _, _ in inputs]} != contract {list(want_inputs)}")
+    missing = [name for name in want_outputs if name not in have]
+    if missing:
+        raise ValueError(f"{path}: outputs {missing} of model/contract.py are not in the graph "
+                         f"(it has {[n for n, _, _ in outputs]}); re-export the model")
+    for name in (*want_inputs, *want_outputs):
+        if have[name] != tuple(want_shapes[name]):
+            raise ValueError(f"{path}: {name} has shape {list(have[name])}, the contract says {list(want_shapes[name])}")
+    for name, shape in have.items():
+        if not shape or isinstance(shape[0], int):
+            raise ValueError(f"{path}: {name} has no dynamic batch axis ({list(shape)}); Triton cannot batch it")
+
+
+def _tensor(name: str, dtype: str, shape: tuple) -> str:
+    # with max_batch_size > 0, Triton's dims leave the batch axis out; -1 = any size
+    dims = ", ".join(str(d) if isinstance(d, int) and d > 0 else "-1" for d in shape[1:])
+    return f'  {{\n    name: "{name}"\n    data_type: {dtype}\n    dims: [ {dims} ]\n  }}'
+
+
+def model_config(name: str, inputs, outputs, max_batch: int = MAX_BATCH,
+                 max_queue_delay_us: int = MAX_QUEUE_DELAY_US) -> str:
+    """config.pbtxt text (Triton's ModelConfig in protobuf text format)."""
+    return "\n".join([
+        f'name: "{name}"',
+        'backend: "onnxruntime"',
+        f"max_batch_size: {max_batch}",
+        "input [\n" + ",\n".join(_tensor(*t) for t in inputs) + "\n]",
+        "output [\n" + ",\n".join(_tensor(*t) for t in outputs) + "\n]",
+        "dynamic_batching {",
+        f"  max_queue_delay_microseconds: {max_queue_delay_us}",
+        "}",
+        "# no instance_group: Triton places one instance on each GPU it sees, or on the CPU without one",
+        "",
+    ])
+
+
+def _external_data(path: Path) -> list[Path]:
+    """Files an ONNX model keeps its large tensors in (none for ours, but they must travel with it)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    files = {entry.value for t in graph.initializer if t.data_location == TensorProto.EXTERNAL
+             for entry in t.external_data if entry.key == "location"}
+    return [path.parent / f for f in sorted(files)]
+
+
+def write_repository(repo: Path, model_dir: Path = contract.MODEL_DIR, max_batch: int = MAX_BATCH,
+                     max_queue_delay_us: int = MAX_QUEUE_DELAY_US) -> list[Path]:
+    """Copy each ONNX model of model_dir into repo/<name>/1/ and write repo/<name>/config.pbtxt.
+
+    Args:
+        repo: the model repository folder (created; the models' folders in it are replaced).
+        model_dir: where capsnet.onnx and decoder.onnx are (the export's --out-dir).
+        max_batch: Triton's max_batch_size; the ONNX batch axis allows up to 4096.
+        max_queue_delay_us: how long Triton may hold a request to fill a batch.
+    Returns:
+        the config.pbtxt paths written.
+    """
+    written = []
+    for name, (filename, want_in, want_out, shapes) in MODELS.items():
+        source = Path(model_dir) / filename
+        inputs, outputs = graph_io(source)
+        check_contract(source, inputs, outputs, want_in, want_out, shapes)
+        folder = Path(repo) / name
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "1").mkdir(parents=True)
+        shutil.copyfile(source, folder / "1" / "model.onnx")
+        for extra in _external_data(source):
+            shutil.copyfile(extra, folder / "1" / extra.name)
+        config = folder / "config.pbtxt"
+        config.write_text(model_config(name, inputs, outputs, max_batch, max_queue_delay_us))
+        written.append(config)
+    return written
+
+
+def main(argv=None) -> list[Path]:
+    p = argparse.ArgumentParser(prog="python -m training.triton", description=__doc__.splitlines()[0])
+    p.add_argument("repo", type=Path, help="model repository folder to write")
+    p.add_argument("--model-dir", type=Path, default=contract.MODEL_DIR, help="where the exported *.onnx are")
+    p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="Triton max_batch_size")
+    p.add_argument("--max-queue-delay-us", type=int, default=MAX_QUEUE_DELAY_US,
+                   help="dynamic batching: longest wait to fill a batch, in microseconds")
+    args = p.parse_args(argv)
+    if not 1 <= args.max_batch <= 4096:
+        p.error("--max-batch must be in 1..4096 (the exported batch axis)")
+    configs = write_repository(args.repo, args.model_dir, args.max_batch, args.max_queue_delay_us)
+    for config in configs:
+        print(f"wrote {config.parent}/ (1/model.onnx, config.pbtxt)")
+    return configs
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
