@@ -73,6 +73,15 @@ def read_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
 
 
+def write_idx(path: str | Path, array: np.ndarray) -> None:
+    """Write a uint8 array as an IDX file (gzipped when the name ends in .gz), the inverse of read_idx."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(header + array.tobytes())
+
+
 def _candidates(root: Path, name: str) -> list[Path]:
     """Where a file may sit: canonical name, the `.idx3-ubyte` spelling some mirrors use, or .gz."""
     alt = name.replace("-idx", ".idx")

@@ -36,6 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files (default data/<dataset>)")
     p.add_argument("--max-shift", type=int, default=2, help="random shift in pixels (paper: 2)")
     p.add_argument("--train-limit", type=int, default=0, help="use only the first N training images")
+    p.add_argument("--val-size", type=int, default=data.VAL_SIZE, help="training images held out for validation")
     # --- model
     p.add_argument("--routing-iters", type=int, default=3)
     p.add_argument("--no-reconstruction", dest="reconstruction", action="store_false")
@@ -112,7 +113,7 @@ def main(argv=None) -> dict:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=is_cuda and args.amp)
 
     # --- data, all of it on the device
-    splits = data.load(args.data_dir or data.DEFAULT_DIRS[args.dataset])
+    splits = data.load(args.data_dir or data.DEFAULT_DIRS[args.dataset], val_size=args.val_size)
     if args.train_limit:
         splits["train"] = data.Split(splits["train"].images[:args.train_limit],
                                      splits["train"].labels[:args.train_limit])

@@ -1,0 +1,115 @@
+"""CapsNet layers: parameter counts, shapes, capsule ordering, masking, and the margin loss (Eq. 4)."""
+import pytest
+import torch
+
+from model import contract
+from model.capsnet import (CapsNet, CapsNetConfig, DigitCaps, PrimaryCaps, margin_loss, mask_capsules,
+                           reconstruction_loss)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return CapsNet(CapsNetConfig()).eval()
+
+
+def test_parameter_counts_match_the_paper(model):
+    assert model.num_params() == 8_215_568
+    assert model.num_params(decoder=False) == 6_804_224
+    assert CapsNet(CapsNetConfig(reconstruction=False)).num_params() == 6_804_224
+
+
+def test_forward_shapes_and_ranges(model):
+    x = torch.rand(3, 1, 28, 28)
+    with torch.no_grad():
+        out = model(x)
+    assert out.lengths.shape == (3, contract.NUM_CLASSES)
+    assert out.capsules.shape == (3, contract.NUM_CLASSES, contract.CAPSULE_DIM)
+    assert out.routing.shape == (3, contract.NUM_PRIMARY, contract.NUM_CLASSES)
+    assert out.reconstruction.shape == (3, 28, 28)
+    assert out.votes.shape == (3, contract.NUM_PRIMARY, contract.NUM_CLASSES, contract.CAPSULE_DIM)
+    for t in (out.lengths, out.capsules, out.routing, out.reconstruction):
+        assert torch.isfinite(t).all()
+    assert ((out.lengths >= 0) & (out.lengths < 1)).all()
+    assert ((out.reconstruction >= 0) & (out.reconstruction <= 1)).all()
+
+
+def test_larger_inputs_adapt_the_primary_grid():
+    config = CapsNetConfig(image_size=36)
+    assert config.primary_grid == 10 and config.num_primary == 3200
+    out = CapsNet(config)(torch.rand(2, 1, 36, 36))
+    assert out.routing.shape == (2, 3200, 10) and out.reconstruction.shape == (2, 36, 36)
+
+
+def test_primary_capsule_index_is_type_row_col():
+    """Channel type*8+dim at (row, col) must land in capsule type*36 + row*6 + col, dimension dim."""
+    layer = PrimaryCaps(in_chans=1)
+    grid = torch.zeros(1, 256, 6, 6)
+    for t, r, c, d in [(0, 0, 0, 0), (3, 2, 5, 7), (31, 5, 5, 4), (17, 1, 4, 2)]:
+        grid[0, t * 8 + d, r, c] = 5.0
+    layer.conv = torch.nn.Identity()
+    u = layer(grid)  # (1, 1152, 8)
+    for t, r, c, d in [(0, 0, 0, 0), (3, 2, 5, 7), (31, 5, 5, 4), (17, 1, 4, 2)]:
+        i = t * 36 + r * 6 + c
+        assert u[0, i].argmax().item() == d and u[0, i].norm() > 0.9
+    assert (u.norm(dim=-1) > 0).sum() == 4
+
+
+def test_transformation_matrices_start_small():
+    W = DigitCaps().W
+    assert W.shape == (1152, 10, 16, 8)
+    assert abs(W.std().item() - 0.01) < 1e-3
+
+
+def test_decoder_masks_with_targets_in_training_and_longest_otherwise(model):
+    x = torch.rand(4, 1, 28, 28)
+    with torch.no_grad():
+        out = model(x)
+        chosen = out.lengths.argmax(1)
+        assert torch.allclose(out.reconstruction, model.decoder(mask_capsules(out.capsules, chosen)))
+        other = (chosen + 1) % 10
+        out_t = model(x, other)
+        assert torch.allclose(out_t.reconstruction, model.decoder(mask_capsules(out.capsules, other)))
+        assert not torch.allclose(out_t.reconstruction, out.reconstruction)
+
+
+def test_mask_keeps_only_the_chosen_capsule():
+    caps = torch.randn(2, 10, 16)
+    masked = mask_capsules(caps, torch.tensor([3, 7]))
+    assert torch.equal(masked[0, 3], caps[0, 3]) and torch.equal(masked[1, 7], caps[1, 7])
+    assert masked.abs().sum() == caps[0, 3].abs().sum() + caps[1, 7].abs().sum()
+
+
+def test_margin_loss_worked_example():
+    """Eq. 4 with m+ = 0.9, m- = 0.1, lambda = 0.5, summed over classes."""
+    lengths = torch.tensor([[0.5, 0.3, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.95]])
+    # class 0 present: (0.9 - 0.5)^2 = 0.16; absent 1: 0.5 (0.3 - 0.1)^2 = 0.02; absent 9: 0.5 (0.85)^2
+    expected = 0.16 + 0.02 + 0.5 * 0.85 ** 2
+    assert margin_loss(lengths, torch.tensor([0])).item() == pytest.approx(expected, rel=1e-6)
+    perfect = torch.tensor([[0.95] + [0.05] * 9])
+    assert margin_loss(perfect, torch.tensor([0])).item() == 0.0
+    multi_hot = torch.zeros(1, 10)
+    multi_hot[0, [0, 9]] = 1
+    assert margin_loss(lengths, multi_hot).item() == pytest.approx(0.16 + 0.02, rel=1e-6)
+
+
+def test_reconstruction_loss_is_a_sum_not_a_mean():
+    recon = torch.zeros(2, 28, 28)
+    images = torch.ones(2, 1, 28, 28)
+    assert reconstruction_loss(recon, images).item() == 784.0
+
+
+def test_total_loss_weights_reconstruction_by_0_0005(model):
+    x, y = torch.rand(2, 1, 28, 28), torch.tensor([1, 2])
+    with torch.no_grad():
+        out = model(x, y)
+        total = model.loss(out, x, y)
+        expected = margin_loss(out.lengths, y) + 0.0005 * reconstruction_loss(out.reconstruction, x)
+    assert total.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_prediction_does_not_depend_on_the_batch(model):
+    x = torch.rand(6, 1, 28, 28)
+    with torch.no_grad():
+        batch, alone = model(x), model(x[4:5])
+    assert torch.allclose(batch.lengths[4:5], alone.lengths, atol=1e-5)

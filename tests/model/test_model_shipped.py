@@ -1,0 +1,44 @@
+"""The shipped model: it classifies real MNIST digits and its card says what evaluate.py measures."""
+import json
+
+import numpy as np
+import pytest
+
+from model import contract
+from training.evaluate import evaluate_onnx
+from training.export import sha256
+
+CAPSNET = contract.MODEL_DIR / contract.CAPSNET_ONNX
+CARD = contract.MODEL_DIR / contract.MODEL_CARD
+
+
+@pytest.fixture(scope="module")
+def card() -> dict:
+    return json.loads(CARD.read_text())
+
+
+@pytest.fixture(scope="module")
+def fixture_result(mnist_fixture) -> dict:
+    images, labels = mnist_fixture
+    return evaluate_onnx(CAPSNET, images, labels)
+
+
+def test_shipped_model_reads_the_first_1000_test_digits(fixture_result):
+    assert fixture_result["accuracy"] >= 0.985, f"{fixture_result['errors']} errors on the fixture"
+
+
+def test_card_matches_what_evaluate_measures(card, fixture_result):
+    """The card's misclassified test indices below 1,000 are exactly the fixture's errors."""
+    assert card["misclassified"] is not None, "the card was written without an evaluation"
+    assert [i for i in card["misclassified"] if i < 1000] == fixture_result["misclassified"]
+    assert card["test_errors"] == len(card["misclassified"])
+    assert card["test_accuracy"] == pytest.approx(1 - card["test_errors"] / card["test_count"])
+    assert card["test_count"] == 10_000
+
+
+def test_card_names_the_shipped_graph(card):
+    assert card["version"] == sha256(CAPSNET)[:12]
+    assert card["parameters"] == 8_215_568
+    assert card["parity_max_abs_diff"] <= 1e-4
+    assert set(card["outputs"]) == set(contract.CAPSNET_OUTPUTS)
+    assert np.isfinite(card["train_seconds"]) and card["epochs"] >= 3

@@ -1,0 +1,79 @@
+"""Export writes the contract's graphs, checks itself against PyTorch, and writes a model card."""
+import json
+from dataclasses import asdict
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from model import contract
+from model.capsnet import CapsNet, CapsNetConfig
+from training import export
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig()).eval()
+    out = tmp_path_factory.mktemp("onnx")
+    return model, *export.export(model, out)
+
+
+@pytest.mark.slow
+def test_graphs_follow_the_contract(exported):
+    _, capsnet_path, decoder_path = exported
+    for path, inputs, outputs, shapes in [
+        (capsnet_path, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, contract.CAPSNET_SHAPES),
+        (decoder_path, contract.DECODER_INPUTS, contract.DECODER_OUTPUTS, contract.DECODER_SHAPES),
+    ]:
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert tuple(i.name for i in sess.get_inputs()) == inputs
+        assert tuple(o.name for o in sess.get_outputs()) == outputs
+        for node in sess.get_inputs() + sess.get_outputs():
+            assert tuple(node.shape) == shapes[node.name], node.name
+            assert node.type == "tensor(float)"
+
+
+@pytest.mark.slow
+def test_parity_at_batch_1_7_64(exported, mnist_fixture):
+    model, capsnet_path, decoder_path = exported
+    images, _ = mnist_fixture
+    assert export.check_parity(model, capsnet_path, decoder_path, images) <= export.PARITY_TOL
+
+
+@pytest.mark.slow
+def test_parity_check_fails_on_a_different_model(exported, mnist_fixture):
+    _, capsnet_path, decoder_path = exported
+    torch.manual_seed(1)
+    with pytest.raises(AssertionError, match="differ"):
+        export.check_parity(CapsNet(CapsNetConfig()), capsnet_path, decoder_path, mnist_fixture[0], batches=(2,))
+
+
+@pytest.mark.slow
+def test_onnx_keeps_the_epsilons(exported):
+    """A zero image gives dead capsules; without eps in the roots ONNX would produce NaN or 0 lengths."""
+    model, capsnet_path, _ = exported
+    sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
+    outs = sess.run(None, {contract.IMAGE: np.zeros((2, 1, 28, 28), np.float32)})
+    assert all(np.isfinite(o).all() for o in outs)
+    with torch.no_grad():
+        ref = model(torch.zeros(2, 1, 28, 28)).lengths.numpy()
+    np.testing.assert_allclose(outs[0], ref, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_cli_writes_the_card(tmp_path, idx_dir):
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig())
+    ckpt = {"model": model.state_dict(), "config": asdict(model.config), "epoch": 1, "history": [
+        {"epoch": 1, "val_acc": 0.5}], "train_seconds": 12.0, "hardware": "test", "dataset": "mnist", "args": {}}
+    torch.save(ckpt, tmp_path / "best.pt")
+    card = export.main(["--checkpoint", str(tmp_path / "best.pt"), "--out-dir", str(tmp_path / "m"),
+                        "--data-dir", str(idx_dir)])
+    written = json.loads((tmp_path / "m" / contract.MODEL_CARD).read_text())
+    assert written == card
+    assert card["version"] == export.sha256(tmp_path / "m" / contract.CAPSNET_ONNX)[:12]
+    assert card["test_count"] == 200 and card["test_errors"] == round((1 - card["test_accuracy"]) * 200)
+    assert card["parameters"] == 8_215_568 and card["parity_max_abs_diff"] <= export.PARITY_TOL
+    assert len(card["misclassified"]) == card["test_errors"]
