@@ -89,6 +89,7 @@ class Engine:
                                                settings.max_queue, metrics)
         self._decoder_batcher = DynamicBatcher(self._run_decoder, "decoder", settings.max_reconstruct_batch,
                                                wait, settings.max_queue, metrics)
+        self._warmer = threading.Thread(target=self._warm_up_logged, name="warm-up", daemon=True)
         self.ready = False
         self.state = "loaded, not warmed up"
 
@@ -161,7 +162,7 @@ class Engine:
         self._capsnet_batcher.start()
         self._decoder_batcher.start()
         self.state = "warming up"
-        threading.Thread(target=self._warm_up_logged, name="warm-up", daemon=True).start()
+        self._warmer.start()
 
     def _warm_up_logged(self) -> None:
         try:
@@ -171,5 +172,7 @@ class Engine:
             self.state = f"warm-up failed: {exc}"
 
     def close(self) -> None:
+        if self._warmer.is_alive():
+            self._warmer.join()  # a session must not be torn down while it runs
         self._capsnet_batcher.close()
         self._decoder_batcher.close()

@@ -73,7 +73,7 @@ def decode(data: bytes, max_pixels: int) -> Image.Image:
     except Image.DecompressionBombError as exc:
         raise ImageError(f"the image is a decompression bomb ({exc})", 413) from None
     except UnidentifiedImageError:
-        raise ImageError("the file is not a PNG, JPEG, BMP, GIF or WebP image") from None
+        raise ImageError("the file is not a readable PNG, JPEG, BMP, GIF or WebP image") from None
     except Exception as exc:  # whatever a malformed file makes a decoder raise is the file's fault
         raise ImageError(f"the image could not be decoded, it may be truncated or corrupt ({exc})") from None
 

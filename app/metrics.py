@@ -4,6 +4,7 @@ Each app gets its own CollectorRegistry, so several apps (tests, the benchmark) 
 process without "duplicated timeseries" errors.
 """
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -33,6 +34,6 @@ def setup_metrics(app: FastAPI) -> EngineMetrics:
     for collector in (ProcessCollector, PlatformCollector, GCCollector):
         collector(registry=registry)
     Instrumentator(registry=registry, excluded_handlers=["/metrics"]).instrument(app).expose(
-        app, include_in_schema=True, tags=["health"],
+        app, include_in_schema=True, tags=["health"], response_class=PlainTextResponse,
         summary="Prometheus metrics (text format): HTTP, batch sizes, inference time")
     return EngineMetrics(registry)

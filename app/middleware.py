@@ -57,15 +57,16 @@ class BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
 
-    def _too_large(self, size: str) -> str:
-        return f"the request body is {size}; the limit is {self.max_bytes:,} bytes"
+    def _too_large(self, size: int | None = None) -> str:
+        return (f"the request body is {size:,} bytes" if size else "the request body is too large") + \
+            f"; the limit is {self.max_bytes:,} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            detail = (self._too_large(f"{int(declared):,} bytes") if declared.isdigit()
+            detail = (self._too_large(int(declared)) if declared.isdigit()
                       else f"Content-Length {declared!r} is not a number of bytes")
             return await JSONResponse({"detail": detail}, 413 if declared.isdigit() else 400)(scope, receive, send)
         received = 0
@@ -76,7 +77,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise HTTPException(413, self._too_large("larger than that"))
+                    raise HTTPException(413, self._too_large())
             return message
 
         await self.app(scope, limited_receive, send)

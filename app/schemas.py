@@ -84,25 +84,32 @@ class PredictResponse(BaseModel):
 
 
 # --- /reconstruct ---------------------------------------------------------------------------------
-Capsule = vector(D, Annotated[float, Field(ge=-CAPSULE_LIMIT, le=CAPSULE_LIMIT, allow_inf_nan=False)],
+Capsule = vector(D, Annotated[float, Field(ge=-CAPSULE_LIMIT, le=CAPSULE_LIMIT, allow_inf_nan=False, strict=True)],
                  "a 16D digit capsule, finite numbers within ±1000")
+
+
+Digit = Annotated[int, Field(ge=0, le=C - 1, strict=True, description="which digit capsule to fill (the others stay zero)")]
 
 
 class ReconstructItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    digit: int = Field(ge=0, le=C - 1, description="which digit capsule to fill (the others stay zero)")
+    digit: Digit
     capsule: Capsule
 
 
 class ReconstructRequest(BaseModel):
     """One capsule (`digit` + `capsule`) or a batch (`items`)."""
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"digit": 7, "capsule": [0.05] * D},
-        {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25] + [0.0] * (D - 1)}]},
-    ]})
-    digit: int | None = Field(None, ge=0, le=C - 1)
-    capsule: Capsule | None = None
-    items: list[ReconstructItem] | None = Field(None, min_length=1, description="a batch, at most max_reconstruct_batch")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [{"required": ["digit", "capsule"]}, {"required": ["items"]}],
+        "examples": [
+            {"digit": 7, "capsule": [0.05] * D},
+            {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25] + [0.0] * (D - 1)}]},
+        ]})
+    # None means "not sent" (a sent null is rejected): defaults are not validated
+    digit: Digit = None
+    capsule: Capsule = None
+    items: list[ReconstructItem] = Field(None, min_length=1, description="a batch, at most max_reconstruct_batch "
+                                                                         "items (256 by default)")
 
     @model_validator(mode="after")
     def _one_form(self) -> "ReconstructRequest":

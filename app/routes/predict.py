@@ -25,7 +25,7 @@ REQUEST_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": PredictRequest.model_json_schema()},
 }}}
 ERRORS = {status: {"model": ErrorMessage, "description": text} for status, text in {
-    413: "body or image too large", 415: "neither multipart nor JSON", 422: "not a usable image, bad option",
+    400: "malformed multipart body", 413: "body or image too large", 415: "neither multipart nor JSON", 422: "not a usable image, bad option",
     503: "too many requests waiting"}.items()}
 
 

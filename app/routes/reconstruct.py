@@ -17,7 +17,8 @@ def render(images: np.ndarray) -> bytes:
 
 
 @router.post("/reconstruct", response_model=ReconstructResponse, summary="Draw digit capsules with the decoder",
-             responses={422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"}})
+             responses={400: {"model": ErrorMessage, "description": "the body is not UTF-8 text"},
+                        422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"}})
 async def reconstruct(body: ReconstructRequest, engine: EngineDep, settings: SettingsDep) -> Response:
     """`{"digit": 3, "capsule": [16 numbers]}` or `{"items": [...]}` (at most max_reconstruct_batch, 256 by
     default). The decoder sees the 10 digit capsules with all but `digit` set to zero (section 4.1)."""

@@ -1,0 +1,154 @@
+"""Dynamic batching: the batcher alone (a fake model), then 32 concurrent requests through the app."""
+import asyncio
+import threading
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.batcher import DynamicBatcher, QueueFullError
+from app_images import png_bytes
+
+
+class FakeModel:
+    """Doubles its input; blocks while `gate` is clear; records batch sizes."""
+
+    def __init__(self):
+        self.gate, self.sizes = threading.Event(), []
+        self.gate.set()
+
+    def __call__(self, x):
+        self.gate.wait(10)
+        self.sizes.append(len(x))
+        return [x * 2, x.sum(axis=1)]
+
+
+def batcher(model, **kwargs) -> DynamicBatcher:
+    settings = {"max_batch": 8, "max_wait": 0.002, "max_queue": 100} | kwargs
+    b = DynamicBatcher(model, "fake", **settings)
+    b.start()
+    return b
+
+
+async def submit_while_blocked(b: DynamicBatcher, model: FakeModel, xs: list[np.ndarray]):
+    """Submit xs while the model is busy with a first job, so that they queue up."""
+    model.gate.clear()
+    first = asyncio.ensure_future(b.submit(np.zeros((1, 3), np.float32)))
+    await asyncio.sleep(0.05)  # the batcher takes it and blocks in the model
+    rest = [asyncio.ensure_future(b.submit(x)) for x in xs]
+    await asyncio.sleep(0.01)
+    model.gate.set()
+    return await first, await asyncio.gather(*rest)
+
+
+def test_queued_jobs_run_together_and_get_their_own_outputs():
+    model = FakeModel()
+    b = batcher(model)
+    xs = [np.full((1, 3), i, np.float32) for i in range(7)]
+    _, outs = asyncio.run(submit_while_blocked(b, model, xs))
+    b.close()
+    assert model.sizes == [1, 7]
+    for x, (doubled, summed) in zip(xs, outs):
+        np.testing.assert_array_equal(doubled, x * 2)
+        np.testing.assert_array_equal(summed, x.sum(axis=1))
+
+
+def test_max_batch_is_respected_and_big_jobs_run_alone():
+    model = FakeModel()
+    b = batcher(model, max_batch=4)
+    xs = [np.ones((1, 3), np.float32)] * 9 + [np.ones((6, 3), np.float32)]
+    _, outs = asyncio.run(submit_while_blocked(b, model, xs))
+    b.close()
+    assert max(model.sizes[:-1]) <= 4 and model.sizes[-1] == 6 and sum(model.sizes) == 16
+    assert outs[-1][0].shape == (6, 3)
+
+
+def test_a_lone_request_does_not_wait():
+    model = FakeModel()
+    b = batcher(model, max_wait=5.0)  # would be felt if a lone request waited for company
+
+    async def one():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await b.submit(np.ones((1, 3), np.float32))
+        return loop.time() - start
+
+    assert asyncio.run(one()) < 1.0
+    b.close()
+
+
+def test_queue_full_is_an_error_the_route_turns_into_503():
+    model = FakeModel()
+    b = batcher(model, max_queue=2)
+
+    async def flood():
+        model.gate.clear()
+        jobs = [asyncio.ensure_future(b.submit(np.ones((1, 3), np.float32))) for _ in range(2)]
+        await asyncio.sleep(0.05)  # the first is running, the second waits
+        more = [asyncio.ensure_future(b.submit(np.ones((1, 3), np.float32))) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError, match="busy"):
+            await b.submit(np.ones((1, 3), np.float32))
+        model.gate.set()
+        await asyncio.gather(*jobs, *more)
+
+    asyncio.run(flood())
+    b.close()
+
+
+def test_a_failing_batch_fails_its_requests_only():
+    calls = []
+
+    def flaky(x):
+        calls.append(len(x))
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return [x]
+
+    b = batcher(flaky)
+
+    async def two():
+        with pytest.raises(RuntimeError, match="boom"):
+            await b.submit(np.ones((1, 3), np.float32))
+        return await b.submit(np.ones((1, 3), np.float32))
+
+    (out,) = asyncio.run(two())
+    b.close()
+    assert out.shape == (1, 3)
+
+
+def batch_counts(client) -> tuple[float, float]:
+    """(batches run, batches of more than one image) of the capsnet model, from GET /metrics."""
+    samples = {(s.name, s.labels.get("le")): s.value
+               for family in text_string_to_metric_families(client.get("/metrics").text)
+               for s in family.samples if s.labels.get("model") == "capsnet"}
+    total = samples[("capsnet_batch_size_count", None)]
+    return total, total - samples[("capsnet_batch_size_bucket", "1.0")]
+
+
+def test_32_concurrent_requests_share_batches(app, client, digits):
+    """Through the real app (ASGI, one event loop): batches > 1 show up in /metrics, answers unchanged."""
+    images = [digits[0][i % 20] for i in range(32)]
+    alone = [client.post("/predict", params={"include": ""}, files={"file": ("d.png", png_bytes(x))}).json()
+             for x in images[:4]]
+    before_total, before_multi = batch_counts(client)
+
+    async def burst():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:
+            return await asyncio.gather(*[
+                ac.post("/predict", params={"include": ""}, files={"file": ("d.png", png_bytes(x))}) for x in images])
+
+    responses = asyncio.run(burst())
+    assert all(r.status_code == 200 for r in responses)
+    total, multi = batch_counts(client)
+    assert multi - before_multi >= 1, "no batch larger than 1"
+    assert total - before_total < 32, "every request ran alone"
+    for r, single in zip(responses, alone):  # batching does not change the answers
+        np.testing.assert_allclose(r.json()["probabilities"], single["probabilities"], atol=1e-5)
+
+
+def test_metrics_expose_inference_time_and_http(client):
+    text = client.get("/metrics").text
+    assert "capsnet_inference_seconds_bucket" in text and "capsnet_queue_seconds_bucket" in text
+    assert 'http_requests_total{handler="/predict"' in text

@@ -1,0 +1,161 @@
+"""Hostile inputs: every one is a 4xx with a sentence in {"detail": ...}, and the server lives on."""
+import base64
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.deps import get_engine
+from app_images import png_bomb, png_bytes
+
+MB = 1024 * 1024
+DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink
+PNG = png_bytes(DIGIT)
+B64 = base64.b64encode(PNG).decode()
+CAPSULE = [0.1] * 16
+
+
+def upload(data: bytes, name: str = "digit.png", mime: str = "image/png") -> dict:
+    return {"files": {"file": (name, data, mime)}}
+
+
+def json_body(text: str) -> dict:
+    return {"content": text.encode(), "headers": {"content-type": "application/json"}}
+
+
+class Chunked:
+    """A body without Content-Length (sent chunked), iterable again for every request."""
+
+    def __init__(self, data: bytes, size: int = 64 * 1024):
+        self.data, self.size = data, size
+
+    def __iter__(self):
+        for i in range(0, len(self.data), self.size):
+            yield self.data[i:i + self.size]
+
+
+def tiff() -> bytes:
+    return png_bytes(DIGIT, "TIFF")
+
+
+def bigger(shape=(280, 280), value=255) -> bytes:
+    return png_bytes(np.full(shape, value, np.uint8))
+
+
+# (name, method, path, request kwargs, query params)
+CASES = [
+    ("no body", "POST", "/predict", {}, {}),
+    ("no file field", "POST", "/predict", {"files": {"image": ("d.png", PNG, "image/png")}}, {}),
+    ("file as a text field", "POST", "/predict", {"data": {"file": "hello"}, "files": {"other": ("x", b"x")}}, {}),
+    ("two files", "POST", "/predict", {"files": [("file", ("a.png", PNG)), ("file", ("b.png", PNG))]}, {}),
+    ("multipart without boundary", "POST", "/predict",
+     {"content": b"--x\r\n", "headers": {"content-type": "multipart/form-data"}}, {}),
+    ("text file", "POST", "/predict", upload(b"hello, I am not an image", "a.txt", "text/plain"), {}),
+    ("empty file", "POST", "/predict", upload(b""), {}),
+    ("truncated PNG", "POST", "/predict", upload(PNG[: len(PNG) // 2]), {}),
+    ("PNG header only", "POST", "/predict", upload(PNG[:33]), {}),
+    ("truncated JPEG", "POST", "/predict", upload(png_bytes(DIGIT, "JPEG")[:200], "d.jpg", "image/jpeg"), {}),
+    ("corrupt PNG CRC", "POST", "/predict", upload(PNG[:29] + b"\x00\x00\x00\x00" + PNG[33:]), {}),
+    ("TIFF (not supported)", "POST", "/predict", upload(tiff(), "d.tiff", "image/tiff"), {}),
+    ("SVG", "POST", "/predict", upload(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "d.svg", "image/svg+xml"), {}),
+    ("decompression bomb over our limit", "POST", "/predict", upload(png_bomb(7000, 7000)), {}),
+    ("decompression bomb over Pillow's limit", "POST", "/predict", upload(png_bomb(15000, 15000)), {}),
+    ("36 megapixels of nothing", "POST", "/predict", upload(png_bomb(6000, 6000)), {}),
+    ("20 MB body", "POST", "/predict", upload(b"\x00" * (20 * MB)), {}),
+    ("20 MB chunked body", "POST", "/predict",
+     {"content": Chunked(b"\x00" * (20 * MB)), "headers": {"content-type": "application/json"}}, {}),
+    ("blank white canvas", "POST", "/predict", upload(bigger()), {}),
+    ("blank transparent canvas", "POST", "/predict", upload(png_bytes(Image.new("RGBA", (280, 280)))), {}),
+    ("preprocess=none on 280x280", "POST", "/predict", upload(bigger(value=0)), {"preprocess": "none"}),
+    ("unknown preprocess", "POST", "/predict", upload(PNG), {"preprocess": "fancy"}),
+    ("unknown include", "POST", "/predict", upload(PNG), {"include": "capsules,everything"}),
+    ("text/plain body", "POST", "/predict", {"content": PNG, "headers": {"content-type": "text/plain"}}, {}),
+    ("raw image/png body", "POST", "/predict", {"content": PNG, "headers": {"content-type": "image/png"}}, {}),
+    ("XML body", "POST", "/predict", {"content": b"<a/>", "headers": {"content-type": "application/xml"}}, {}),
+    ("invalid JSON", "POST", "/predict", json_body('{"image": '), {}),
+    ("JSON without image", "POST", "/predict", {"json": {"picture": B64}}, {}),
+    ("JSON extra field", "POST", "/predict", {"json": {"image": B64, "extra": 1}}, {}),
+    ("JSON image not a string", "POST", "/predict", {"json": {"image": 123}}, {}),
+    ("JSON image empty", "POST", "/predict", {"json": {"image": ""}}, {}),
+    ("JSON list", "POST", "/predict", {"json": [B64]}, {}),
+    ("bad base64", "POST", "/predict", {"json": {"image": "!!!not base64!!!"}}, {}),
+    ("non-ASCII base64", "POST", "/predict", {"json": {"image": "Zm9v\u00e9"}}, {}),
+    ("data URL without base64", "POST", "/predict", {"json": {"image": "data:image/png," + B64}}, {}),
+    ("base64 of text", "POST", "/predict", {"json": {"image": base64.b64encode(b"plain text").decode()}}, {}),
+    ("GET /predict", "GET", "/predict", {}, {}),
+    ("capsule of 15", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE[:15]}}, {}),
+    ("capsule of 17", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE + [0.0]}}, {}),
+    ("NaN in capsule", "POST", "/reconstruct", json_body('{"digit": 1, "capsule": [NaN' + ", 0.1" * 15 + "]}"), {}),
+    ("Infinity in capsule", "POST", "/reconstruct",
+     json_body('{"digit": 1, "capsule": [Infinity' + ", 0.1" * 15 + "]}"), {}),
+    ("huge value in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": [1e300] + CAPSULE[1:]}}, {}),
+    ("string in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": ["a"] + CAPSULE[1:]}}, {}),
+    ("digit 10", "POST", "/reconstruct", {"json": {"digit": 10, "capsule": CAPSULE}}, {}),
+    ("digit -1", "POST", "/reconstruct", {"json": {"digit": -1, "capsule": CAPSULE}}, {}),
+    ("digit 2.5", "POST", "/reconstruct", {"json": {"digit": 2.5, "capsule": CAPSULE}}, {}),
+    ("no capsule", "POST", "/reconstruct", {"json": {"digit": 3}}, {}),
+    ("both forms", "POST", "/reconstruct",
+     {"json": {"digit": 3, "capsule": CAPSULE, "items": [{"digit": 3, "capsule": CAPSULE}]}}, {}),
+    ("empty items", "POST", "/reconstruct", {"json": {"items": []}}, {}),
+    ("batch of 257", "POST", "/reconstruct", {"json": {"items": [{"digit": 1, "capsule": CAPSULE}] * 257}}, {}),
+    ("reconstruct multipart", "POST", "/reconstruct", upload(PNG), {}),
+    ("reconstruct invalid JSON", "POST", "/reconstruct", json_body("{digit: 1}"), {}),
+]
+
+
+def test_the_corpus_is_large():
+    assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize("name,method,path,kwargs,params", CASES, ids=[case[0] for case in CASES])
+def test_hostile_input_is_a_4xx_with_a_sentence(client, name, method, path, kwargs, params):
+    r = client.request(method, path, params=params, **kwargs)
+    assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and len(detail) > 8, detail
+    assert "Traceback" not in r.text and 'File "' not in r.text
+
+
+def test_statuses_say_what_kind_of_mistake(client):
+    def status(case_name):
+        _, method, path, kwargs, params = next(case for case in CASES if case[0] == case_name)
+        return client.request(method, path, params=params, **kwargs).status_code
+    assert status("20 MB body") == status("20 MB chunked body") == 413
+    assert status("decompression bomb over our limit") == status("decompression bomb over Pillow's limit") == 413
+    assert status("text/plain body") == 415
+    assert status("text file") == status("blank white canvas") == status("NaN in capsule") == 422
+    r = client.post("/predict", files={"file": ("d.png", bigger(), "image/png")})
+    assert "no ink" in r.json()["detail"]
+
+
+def test_server_still_answers_after_the_corpus(client):
+    for name, method, path, kwargs, params in CASES[:10]:
+        client.request(method, path, params=params, **kwargs)
+    assert client.get("/health").status_code == 200
+    assert client.post("/predict", files={"file": ("d.png", PNG, "image/png")}).status_code == 200
+
+
+def test_unexpected_errors_are_500_with_a_request_id(app, client, caplog):
+    class Broken:
+        async def predict(self, image):
+            raise RuntimeError("secret internals")
+
+    app.dependency_overrides[get_engine] = lambda: Broken()
+    try:
+        r = client.post("/predict", files={"file": ("d.png", PNG, "image/png")}, headers={"X-Request-ID": "req-42"})
+    finally:
+        app.dependency_overrides.clear()
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal error, request id req-42"}
+    assert "secret" not in r.text and r.headers["x-request-id"] == "req-42"
+    assert any("req-42" in record.getMessage() for record in caplog.records)
+
+
+def test_validation_detail_is_a_sentence(client):
+    r = client.post("/reconstruct", json={"digit": 12, "capsule": CAPSULE})
+    assert r.status_code == 422
+    assert r.json()["detail"] == "invalid request: body.digit: Input should be less than or equal to 9"
+    r = client.post("/predict", params={"include": "nope"}, files={"file": ("d.png", PNG, "image/png")})
+    assert "nope" in r.json()["detail"] and "capsules" in r.json()["detail"]
+    assert json.loads(client.post("/predict", json={}).text)["detail"].startswith("invalid request: body.image")
