@@ -1,0 +1,3 @@
+from frontend.app import main
+
+main()
