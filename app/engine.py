@@ -109,6 +109,7 @@ class Engine:
     def _session(self, filename: str) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.settings.intra_op_threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
         return ort.InferenceSession(str(self.settings.model_dir / filename), options,
                                     providers=select_providers(self.settings.providers))
 

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     model_dir: Path = contract.MODEL_DIR  # holds capsnet.onnx, decoder.onnx, capsnet.json
     providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = its default")
+    # ORT's CPU threads busy-wait between runs by default; in a server they would starve the event
+    # loop and the image decoding threads of the same cores, so they sleep unless this is set
+    intra_op_spinning: bool = False
     # --- dynamic batching (Triton's max_batch_size / max_queue_delay) ----------------------------
     max_batch: int = Field(64, ge=1, le=1024, description="1 turns batching off")
     max_wait_ms: float = Field(2.0, ge=0.0, le=1000.0)

@@ -1,0 +1,240 @@
+"""Serving benchmark: /predict latency and throughput beside the bare model and the HTTP ceiling.
+
+$ python -m benchmarks.serve_bench                       # CPU or GPU, whatever CAPSNET_PROVIDERS gives
+$ python -m benchmarks.serve_bench --seconds 2 --clients 1,8
+
+Starts its own servers on 127.0.0.1 (batching on: max_batch 64; off: max_batch 1), each with an
+extra no-op route that parses the same multipart body and answers a small JSON (the HTTP ceiling).
+For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s of
+/predict (full answer) and of the no-op; then the bare session.run time of one image and of a
+batch in this process. Writes benchmarks/results/serve_bench.json and .md. Not a test.
+"""
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from model import contract
+
+REPO = Path(__file__).resolve().parents[1]
+
+# -----------------------------------------------------------------------------------------------
+HOST = "127.0.0.1"
+PORT = 8917
+CLIENTS = (1, 8, 64)
+SECONDS = 4.0  # per measurement
+MAX_REQUESTS = 3000  # per measurement, whichever comes first
+WARMUP_REQUESTS = 20
+BARE_REPEATS = (200, 10)  # session.run repeats at batch 1 and at BATCH
+BATCH = 64
+RESULTS = REPO / "benchmarks" / "results"
+NOOP = "/_bench/noop"
+# -----------------------------------------------------------------------------------------------
+
+
+def serve(max_batch: int) -> None:
+    """Child process: the real app plus the no-op route, under uvicorn."""
+    import uvicorn
+    from fastapi import Request
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings(host=HOST, port=PORT, max_batch=max_batch, log_level="warning")
+    app = create_app(settings)
+
+    @app.post(NOOP, include_in_schema=False)
+    async def noop(request: Request) -> dict:
+        async with request.form() as form:
+            await form["file"].read()
+        return {"prediction": 0}
+
+    uvicorn.run(app, host=HOST, port=PORT, log_level="warning")
+
+
+def digit_png() -> bytes:
+    import io
+
+    from PIL import Image
+    with np.load(REPO / "tests" / "fixtures" / "mnist_test_1000.npz") as f:
+        image = f["images"][0]
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+async def load(client, path: str, body: bytes, clients: int, seconds: float, params: dict) -> dict:
+    """`clients` concurrent loops posting the digit until the time or request budget is spent."""
+    latencies: list[float] = []
+    files = {"file": ("digit.png", body, "image/png")}
+    for _ in range(WARMUP_REQUESTS):
+        (await client.post(path, files=files, params=params)).raise_for_status()
+    stop = time.perf_counter() + seconds
+
+    async def one_client():
+        while time.perf_counter() < stop and len(latencies) < MAX_REQUESTS:
+            start = time.perf_counter()
+            response = await client.post(path, files=files, params=params)
+            response.raise_for_status()
+            latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    await asyncio.gather(*[one_client() for _ in range(clients)])
+    elapsed = time.perf_counter() - start
+    ms = np.array(latencies) * 1000
+    return {"requests": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3), "rps": round(len(ms) / elapsed, 1)}
+
+
+async def batches_run(client) -> int:
+    """How many batches the server's capsnet has run so far (GET /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = (await client.get("/metrics")).text
+    return int(next((s.value for family in text_string_to_metric_families(text) for s in family.samples
+                     if s.name == "capsnet_batch_size_count" and s.labels.get("model") == "capsnet"), 0))
+
+
+def device() -> str:
+    """The CPU model (and the GPU's, when nvidia-smi answers)."""
+    cpu, cpuinfo = platform.machine(), Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        gpu = ""
+    return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"
+
+
+async def bench_server(max_batch: int, clients_list, seconds: float, body: bytes) -> tuple[list[dict], list[str], dict]:
+    """Start a server, time the bare model while it idles (same moment, same machine load), then load it."""
+    import httpx
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.serve_bench", "--serve", str(max_batch)], cwd=REPO)
+    rows = []
+    try:
+        limits = httpx.Limits(max_connections=max(clients_list), max_keepalive_connections=max(clients_list))
+        async with httpx.AsyncClient(base_url=f"http://{HOST}:{PORT}", limits=limits, timeout=60) as client:
+            for _ in range(600):
+                try:
+                    if (await client.get("/ready")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+            else:
+                raise RuntimeError("the server did not become ready")
+            providers = (await client.get("/ready")).json()["providers"]
+            bare = bare_session_run(providers)
+            batching = "on" if max_batch > 1 else "off"
+            cases = [("/predict", "all", {})] + [("/predict", "none", {"include": ""})] + [(NOOP, "-", {})]
+            for clients in clients_list:
+                for path, include, params in cases:
+                    if include == "none" and clients != 1:
+                        continue  # the trimmed answer only matters for the latency comparison
+                    before = await batches_run(client)
+                    result = await load(client, path, body, clients, seconds, params)
+                    batches = await batches_run(client) - before
+                    row = {"batching": batching, "endpoint": path if path != NOOP else "no-op", "include": include,
+                           "clients": clients, **result}
+                    if path != NOOP and batches:
+                        row["mean_batch"] = round((result["requests"] + WARMUP_REQUESTS) / batches, 2)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    finally:
+        process.terminate()
+        process.wait(30)
+    return rows, providers, bare
+
+
+def bare_session_run(providers: list[str]) -> dict:
+    """session.run alone, in this process, on the providers the server used (all outputs, as the server)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the server's default
+    session = ort.InferenceSession(str(contract.MODEL_DIR / contract.CAPSNET_ONNX), options, providers=providers)
+    out = {}
+    for n, repeats in zip((1, BATCH), BARE_REPEATS):
+        x = np.random.default_rng(0).random((n, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
+        session.run(None, {contract.IMAGE: x})
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            session.run(None, {contract.IMAGE: x})
+            times.append((time.perf_counter() - start) * 1000)
+        out[f"batch_{n}_p50_ms"] = round(float(np.median(times)), 3)
+    out[f"batch_{BATCH}_images_per_s"] = round(BATCH / out[f"batch_{BATCH}_p50_ms"] * 1000, 1)
+    return out
+
+
+def markdown(report: dict) -> str:
+    bare = report["bare_session_run"]
+    lines = [f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])})", "",
+             f"{report['when']}; {report['seconds']} s per row; client and server on the same machine.", "",
+             f"Bare session.run: batch 1 p50 {bare['batch_1_p50_ms']} ms; batch {BATCH} p50 "
+             f"{bare[f'batch_{BATCH}_p50_ms']} ms ({bare[f'batch_{BATCH}_images_per_s']} images/s).", "",
+             "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['batching']} | {r['endpoint']} | {r['include']} | {r['clients']} | {r['requests']} | "
+                     f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} |")
+    lines += ["", "Targets:"] + [f"- {name}: {value}" for name, value in report["targets"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
+    def row(batching, endpoint, include, clients):
+        return next(r for r in rows if (r["batching"], r["endpoint"], r["include"], r["clients"]) ==
+                    (batching, endpoint, include, clients))
+    one = row("on", "/predict", "all", 1)["p50_ms"]
+    out = {"/predict p50 at 1 client / bare batch-1 session.run (CPU target <= 1.3)":
+           round(one / bare["batch_1_p50_ms"], 2),
+           "same with include= (no capsules, reconstruction, routing)":
+           round(row("on", "/predict", "none", 1)["p50_ms"] / bare["batch_1_p50_ms"], 2)}
+    top = max(r["clients"] for r in rows)
+    out[f"/predict req/s at {top} clients / no-op ceiling, batching on (GPU target >= 0.7)"] = round(
+        row("on", "/predict", "all", top)["rps"] / row("on", "no-op", "-", top)["rps"], 3)
+    out[f"batching on / off, /predict req/s at {top} clients"] = round(
+        row("on", "/predict", "all", top)["rps"] / row("off", "/predict", "all", top)["rps"], 2)
+    if on_gpu:
+        out["/predict p50 at 1 client (GPU target < 3 ms)"] = one
+    return out
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--serve", type=int, metavar="MAX_BATCH", help=argparse.SUPPRESS)
+    p.add_argument("--seconds", type=float, default=SECONDS)
+    p.add_argument("--clients", default=",".join(map(str, CLIENTS)))
+    args = p.parse_args(argv)
+    if args.serve is not None:
+        serve(args.serve)
+        return {}
+    clients = [int(c) for c in args.clients.split(",")]
+    body = digit_png()
+    rows, bares = [], []
+    for max_batch in (64, 1):
+        server_rows, providers, bare = asyncio.run(bench_server(max_batch, clients, args.seconds, body))
+        rows, bares = rows + server_rows, bares + [bare]
+    bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
+    on_gpu = providers[0] != "CPUExecutionProvider"
+    report = {"device": device(), "providers": providers,
+              "when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "bare_session_run": bare,
+              "rows": rows, "targets": targets(rows, bare, on_gpu)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "serve_bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / "serve_bench.md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
