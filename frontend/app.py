@@ -237,24 +237,25 @@ CSS = """
 
 def build_demo(settings: DemoSettings) -> gr.Blocks:
     client = ApiClient(settings.api_url, settings.timeout_s)
-    dark_canvas = Image.new("RGB", (400, 400), (0, 0, 0))
+    paper = Image.new("RGB", (400, 400), "white")  # black ink on white paper; the API reads the ink from alpha
+    blank = {"background": paper, "layers": [], "composite": None}  # as a value, it also selects the brush
 
     with gr.Blocks(title="CapsNet demo", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
         with gr.Row(equal_height=False):
             with gr.Column(scale=4, min_width=360):
-                with gr.Tabs() as tabs:
+                with gr.Tabs():
                     with gr.Tab("Draw", id="draw"):
                         sketch = gr.Sketchpad(
-                            value={"background": dark_canvas, "layers": [], "composite": None},
+                            value=blank,
                             type="pil",
                             format="png",
-                            canvas_size=dark_canvas.size,
+                            canvas_size=paper.size,
                             fixed_canvas=True,
-                            brush=gr.Brush(colors=["#ffffff"], color_mode="fixed", default_size=14),
+                            brush=gr.Brush(colors=["#000000"], color_mode="fixed", default_size=14),
                             layers=False,
                             transforms=(),
-                            label="Draw here",
+                            label="Draw a digit",
                             elem_id="sketch",
                         )
                         predict_button = gr.Button("Predict", variant="primary")
@@ -320,7 +321,9 @@ def build_demo(settings: DemoSettings) -> gr.Blocks:
         upload.change(partial(predict_upload, client), [upload], views, **LIVE, api_name="predict_upload").then(
             **redraw
         ).then(**regrid)
-        upload.change(lambda: gr.Tabs(selected="upload"), None, tabs, api_visibility="private")  # examples land here
+        # An example or upload replaces the drawing (gr.Tabs(selected=...) does not switch away from a sketchpad).
+        upload.change(lambda: blank, None, sketch, api_visibility="private")
+        sketch.clear(lambda: blank, None, sketch, api_visibility="private")  # fresh paper, brush in hand
         digit.input(**redraw, **LIVE).then(**regrid)
         gr.on([s.release for s in sliders], **redraw, **LIVE, api_name="perturb")
         reset.click(lambda: [0.0] * CAPSULE_DIM, None, sliders, api_visibility="private").then(**redraw)

@@ -47,7 +47,7 @@ def test_draw_predict_perturb_and_screenshot(page, demo_url, tmp_path):
     page.goto(demo_url)
     expect(page.locator("#footer")).to_contain_text("version")
 
-    box = page.locator("#sketch canvas").first.bounding_box()  # the dark square sits in its middle
+    box = page.locator("#sketch canvas").first.bounding_box()  # the drawing area sits in its middle
     cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
     stroke(page, [(cx - 0.45 * r, cy - 0.6 * r), (cx + 0.4 * r, cy - 0.6 * r), (cx - 0.1 * r, cy + 0.7 * r)])  # a 7
     expect(page.locator("#status")).to_contain_text("Prediction", timeout=TIMEOUT_MS)

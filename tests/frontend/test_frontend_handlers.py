@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def drawing(digit: np.ndarray, size: int = 400) -> dict:
-    """What the sketchpad hands the handler for a digit drawn in white on its dark canvas: a
+    """What the sketchpad hands the handler for a digit drawn in black on its white canvas: a
     transparent RGBA layer whose alpha is the ink (the 28x28 digit scaled up to the canvas)."""
-    layer = Image.new("RGBA", (size, size), (255, 255, 255, 0))
+    layer = Image.new("RGBA", (size, size), (0, 0, 0, 0))
     layer.putalpha(Image.fromarray(digit, mode="L").resize((size, size), Image.Resampling.BILINEAR))
-    return {"background": Image.new("RGB", (size, size)), "layers": [layer], "composite": None}
+    return {"background": Image.new("RGB", (size, size), "white"), "layers": [layer], "composite": None}
 
 
 @pytest.fixture(scope="module")
