@@ -15,6 +15,7 @@ import binascii
 import io
 import math
 import re
+from contextlib import contextmanager
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -51,31 +52,49 @@ def from_base64(text: str) -> bytes:
         raise ImageError("`image` is not valid base64 (A-Z, a-z, 0-9, +, / and = padding)") from None
 
 
-def decode(data: bytes, max_pixels: int) -> Image.Image:
-    """Bytes -> a loaded, upright Pillow image (first frame of an animation).
-
-    The pixel limit is checked from the header, before any pixel is decoded; Pillow's own
-    decompression-bomb guard is the second line. Every failure is an ImageError.
-    """
-    if not data:
-        raise ImageError("the image is empty (0 bytes)")
+@contextmanager
+def _decoder_errors():
+    """Whatever a malformed file makes Pillow raise becomes an ImageError (the file's fault, a 4xx)."""
     try:
-        image = Image.open(io.BytesIO(data), formats=FORMATS)
-        width, height = image.size
-        if width * height > max_pixels:
-            raise ImageError(f"the image has {width}x{height} = {width * height:,} pixels; the limit is "
-                             f"{max_pixels:,}", 413)
-        image.draft(image.mode, (WORK_SIZE, WORK_SIZE))  # JPEG: decode at a reduced scale when large
-        image.load()
-        return ImageOps.exif_transpose(image)
+        yield
     except ImageError:
         raise
     except Image.DecompressionBombError as exc:
         raise ImageError(f"the image is a decompression bomb ({exc})", 413) from None
     except UnidentifiedImageError:
         raise ImageError("the file is not a readable PNG, JPEG, BMP, GIF or WebP image") from None
-    except Exception as exc:  # whatever a malformed file makes a decoder raise is the file's fault
+    except Exception as exc:
         raise ImageError(f"the image could not be decoded, it may be truncated or corrupt ({exc})") from None
+
+
+def open_image(data: bytes, max_pixels: int) -> Image.Image:
+    """Bytes -> a Pillow image whose header is read and checked; no pixel is decoded yet.
+
+    The pixel limit is checked here, from the header; Pillow's own decompression-bomb guard
+    (Image.open) is the second line.
+    """
+    if not data:
+        raise ImageError("the image is empty (0 bytes)")
+    with _decoder_errors():
+        image = Image.open(io.BytesIO(data), formats=FORMATS)
+    width, height = image.size
+    if width * height > max_pixels:
+        raise ImageError(f"the image has {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}",
+                         413)
+    return image
+
+
+def load(image: Image.Image) -> Image.Image:
+    """Decode the pixels of an opened image (the first frame of an animation), upright per its EXIF."""
+    with _decoder_errors():
+        image.draft(image.mode, (WORK_SIZE, WORK_SIZE))  # JPEG: decode at a reduced scale when large
+        image.load()
+        return ImageOps.exif_transpose(image)
+
+
+def decode(data: bytes, max_pixels: int) -> Image.Image:
+    """Bytes -> a loaded, upright Pillow image; every failure is an ImageError."""
+    return load(open_image(data, max_pixels))
 
 
 def has_transparency(image: Image.Image) -> bool:
