@@ -111,7 +111,8 @@ def engine():
         yield env
     finally:
         subprocess.run(compose("down", "--timeout", "30"), cwd=REPO, env=env, capture_output=True, timeout=120)
-        subprocess.run(["docker", "image", "prune", "-f"], env=env, capture_output=True, timeout=120)
+        for leftovers in (["container", "prune", "-f"], ["image", "prune", "-f"]):  # a private engine: all ours
+            subprocess.run(["docker", *leftovers], env=env, capture_output=True, timeout=120)
         stopped = subprocess.run(["bash", str(HERE / "dockerd.sh"), "stop"], text=True, capture_output=True,
                                  timeout=120)
         say(stopped.stdout.strip() or "dockerd was not running")
