@@ -178,7 +178,8 @@ def bare_session_run(providers: list[str]) -> dict:
 def markdown(report: dict) -> str:
     bare = report["bare_session_run"]
     lines = [f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])})", "",
-             f"{report['when']}; {report['seconds']} s per row; client and server on the same machine.", "",
+             f"{report['when']}; {report['seconds']} s per row; client and server on the same machine; "
+             f"1-min load average {report['load_average'][0]} before, {report['load_average'][1]} after.", "",
              f"Bare session.run: batch 1 p50 {bare['batch_1_p50_ms']} ms; batch {BATCH} p50 "
              f"{bare[f'batch_{BATCH}_p50_ms']} ms ({bare[f'batch_{BATCH}_images_per_s']} images/s).", "",
              "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch |",
@@ -219,6 +220,7 @@ def main(argv=None) -> dict:
         serve(args.serve)
         return {}
     clients = [int(c) for c in args.clients.split(",")]
+    load_before = os.getloadavg()[0]
     body = digit_png()
     rows, bares = [], []
     for max_batch in (64, 1):
@@ -226,8 +228,9 @@ def main(argv=None) -> dict:
         rows, bares = rows + server_rows, bares + [bare]
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
-    report = {"device": device(), "providers": providers,
-              "when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "bare_session_run": bare,
+    report = {"device": device(), "providers": providers, "when": time.strftime("%Y-%m-%d %H:%M"),
+              "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
+              "seconds": args.seconds, "bare_session_run": bare,
               "rows": rows, "targets": targets(rows, bare, on_gpu)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "serve_bench.json").write_text(json.dumps(report, indent=2) + "\n")
