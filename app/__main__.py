@@ -16,7 +16,8 @@ def main() -> None:
         sys.exit(f"bad CAPSNET_* settings:\n{exc}")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # one process, one engine: concurrency comes from the event loop and the batcher, not workers
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                timeout_graceful_shutdown=settings.shutdown_timeout_s)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ def select_providers(requested: list[str]) -> list[Any]:
     if not chosen:
         raise RuntimeError(f"none of the execution providers {requested} is available; this onnxruntime "
                            f"has {available}")
+    if "CUDAExecutionProvider" in chosen and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # CUDA/cuDNN from the pip `nvidia-*` wheels; the driver comes from the host
     skipped = [p for p in requested if p not in available]
     if skipped:
         log.warning("execution providers %s are not in this onnxruntime build; skipped", skipped)

@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"  # 0.0.0.0 in a container
     port: int = Field(8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    shutdown_timeout_s: float = Field(20.0, gt=0, description="graceful shutdown: in-flight requests finish first")
 
     @field_validator("providers", "cors_origins", mode="before")
     @classmethod
