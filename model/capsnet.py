@@ -2,11 +2,15 @@
 
 Paper: `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
     https://arxiv.org/abs/1710.09829
+The routing between PrimaryCaps and DigitCaps is pluggable (model/routing.py, CapsNetConfig.routing):
+dynamic (the paper), em (`Matrix Capsules with EM Routing`, with 4x4 pose matrices) or qp-l2 / qp-l1
+(QP-regularised routing with learned coefficients).
 
-Parts before the whole: squash (Eq. 1) -> PrimaryCaps -> DigitCaps (Eq. 2 + Procedure 1) ->
-Decoder (Fig. 2) -> margin loss (Eq. 4) -> CapsNetConfig -> CapsNet.
+Parts before the whole: squash (Eq. 1) -> PrimaryCaps -> DigitCaps (Eq. 2 + routing) ->
+PrimaryMatrixCaps -> MatrixDigitCaps (EM) -> Decoder (Fig. 2) -> margin loss (Eq. 4) ->
+CapsNetConfig -> CapsNet.
 For a 28x28 input: Conv1 20x20x256 -> 1152 primary 8D capsules -> 10 digit 16D capsules;
-8,215,568 parameters, 6,804,224 without the decoder (the paper's 8.2M and 6.8M).
+8,215,568 parameters, 6,804,224 without the decoder (the paper's 8.2M and 6.8M), for dynamic routing.
 """
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -16,10 +20,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from model import contract
-from model.routing import capsule_length, dynamic_routing, squash
+from model.routing import ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, squash
 
-__all__ = ["squash", "capsule_length", "PrimaryCaps", "DigitCaps", "Decoder", "margin_loss",
-           "CapsNetConfig", "CapsNetOutput", "CapsNet"]
+__all__ = ["squash", "capsule_length", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps", "MatrixDigitCaps",
+           "Decoder", "margin_loss", "CapsNetConfig", "CapsNetOutput", "CapsNet", "create_routing"]
 
 
 class PrimaryCaps(nn.Module):
@@ -45,23 +49,77 @@ class PrimaryCaps(nn.Module):
 
 
 class DigitCaps(nn.Module):
-    """Fully connected capsule layer: u_hat_j|i = W_ij u_i (Eq. 2), then dynamic routing.
+    """Fully connected capsule layer: u_hat_j|i = W_ij u_i (Eq. 2), then a routing (dynamic or qp).
 
     W holds one 16x8 matrix per (i, j) pair, initialised N(0, 0.01^2) as in the official code;
     no bias (the paper has none and the 6.8M parameter count depends on it).
     """
 
     def __init__(self, in_caps: int = 1152, in_dim: int = 8, num_caps: int = 10, out_dim: int = 16,
-                 routing_iters: int = 3):
+                 routing: nn.Module | None = None):
         super().__init__()
-        self.routing_iters = routing_iters
         self.W = nn.Parameter(0.01 * torch.randn(in_caps, num_caps, out_dim, in_dim))
+        self.routing = routing if routing is not None else DynamicRouting()
 
-    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Primary capsules (B, 1152, 8) -> v (B, 10, 16), c (B, 1152, 10) and the votes u_hat."""
+    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Primary capsules (B, 1152, 8) -> v (B, 10, 16), ||v|| (B, 10), coefficients (B, 1152, 10)
+        and the votes u_hat (B, 1152, 10, 16)."""
         u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
-        v, c = dynamic_routing(u_hat, self.routing_iters)  # (B, 10, 16), (B, 1152, 10)
-        return v, c, u_hat
+        v, lengths, c = self.routing(u_hat)  # (B, 10, 16), (B, 10), (B, 1152, 10)
+        return v, lengths, c, u_hat
+
+
+class PrimaryMatrixCaps(nn.Module):
+    """Primary capsules with a 4x4 pose matrix M_i and an activation a_i (EM routing, the tutorial's
+    "Representations"), on the same 9x9 stride-2 conv as PrimaryCaps.
+
+    Capsule index i = type * H * W + row * W + col, as in PrimaryCaps.
+    """
+
+    def __init__(self, in_chans: int = 256, num_types: int = 32, hidden_chans: int = 256, pose_size: int = 4,
+                 kernel_size: int = 9, stride: int = 2):
+        super().__init__()
+        self.num_types, self.pose_dim = num_types, pose_size * pose_size
+        self.conv = nn.Conv2d(in_chans, hidden_chans, kernel_size, stride)
+        # NOTE the matrix-capsules paper makes poses and activations with 1x1 convs on a ReLU conv
+        # layer; we put those 1x1 heads on PrimaryCaps' 9x9 stride-2 conv (+ ReLU) so that the
+        # network before the routing costs the same for every routing.
+        self.pose = nn.Conv2d(hidden_chans, num_types * self.pose_dim, 1)
+        self.activation = nn.Conv2d(hidden_chans, num_types, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, 256, 20, 20) -> poses (B, 1152, 16) (flattened 4x4) and activations (B, 1152)."""
+        x = F.relu(self.conv(x))  # (B, 256, 6, 6)
+        B, _, H, W = x.shape
+        pose = self.pose(x).view(B, self.num_types, self.pose_dim, H, W)  # (B, 32, 16, 6, 6)
+        pose = pose.permute(0, 1, 3, 4, 2).reshape(B, self.num_types * H * W, self.pose_dim)  # (B, 1152, 16)
+        a = torch.sigmoid(self.activation(x)).reshape(B, self.num_types * H * W)  # (B, 1152)
+        return pose, a
+
+
+class MatrixDigitCaps(nn.Module):
+    """Class capsules with 4x4 pose matrices: votes V_ij = M_i W_ij, then EM routing (Eqs. 20-29).
+
+    One 4x4 W_ij per (i, j) pair, fully connected like DigitCaps (the paper shares W over positions
+    in its convolutional layers). Initialised N(0, 0.5^2) so that a vote's entries have about the
+    spread of the pose's (each is a sum of 4 products).
+    """
+
+    def __init__(self, in_caps: int = 1152, num_caps: int = 10, pose_size: int = 4,
+                 routing: nn.Module | None = None):
+        super().__init__()
+        self.pose_size = pose_size
+        self.W = nn.Parameter(0.5 * torch.randn(in_caps, num_caps, pose_size, pose_size))
+        self.routing = routing if routing is not None else EMRouting(num_caps)
+
+    def forward(self, caps: tuple[torch.Tensor, torch.Tensor]):
+        """(poses (B, 1152, 16), activations (B, 1152)) -> mu (B, 10, 16), a (B, 10), R (B, 1152, 10)
+        and the votes (B, 1152, 10, 16)."""
+        pose, a_in = caps
+        M = pose.view(*pose.shape[:2], self.pose_size, self.pose_size)  # (B, 1152, 4, 4)
+        votes = torch.einsum("bipq,ijqr->bijpr", M, self.W).flatten(-2)  # V_ij = M_i W_ij, (B, 1152, 10, 16)
+        mu, a, R = self.routing(votes, a_in)  # (B, 10, 16), (B, 10), (B, 1152, 10)
+        return mu, a, R, votes
 
 
 class Decoder(nn.Module):
@@ -119,9 +177,18 @@ class CapsNetConfig:
     primary_dim: int = contract.PRIMARY_DIM
     num_classes: int = contract.NUM_CLASSES
     caps_dim: int = contract.CAPSULE_DIM
-    routing_iters: int = 3  # r in Procedure 1
+    routing: str = "dynamic"  # one of routing.ROUTINGS: dynamic, em, qp-l2, qp-l1
+    routing_iters: int = 3  # r in Procedure 1, and the number of M-steps of EM routing (qp has none)
+    qp_lambda: float = 1e-3  # lambda of the qp penalty, Eqs. 10 and 14 ("usually set small, e.g. 0.001")
+    em_inv_temp: float = 3.0  # lambda of Eq. 27 at EM's last iteration (1, 2, 3 over r = 3 iterations)
     reconstruction: bool = True  # the decoder and its loss (Table 1's ablation)
     recon_weight: float = 0.0005  # scales the sum-squared reconstruction error (section 4.1)
+
+    def __post_init__(self):
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
+        if self.routing == "em" and self.caps_dim != 16:
+            raise ValueError(f"em routing has 4x4 pose matrices: caps_dim must be 16, got {self.caps_dim}")
 
     @property
     def primary_grid(self) -> int:
@@ -134,31 +201,47 @@ class CapsNetConfig:
 
 
 class CapsNetOutput(NamedTuple):
-    lengths: torch.Tensor  # (B, 10) ||v_j||
-    capsules: torch.Tensor  # (B, 10, 16) v_j
-    routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration
+    lengths: torch.Tensor  # (B, 10) ||v_j|| (em: the activations a_j)
+    capsules: torch.Tensor  # (B, 10, 16) v_j (em: the flattened 4x4 poses mu_j)
+    routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration (em: R_ij; qp: b_ij)
     reconstruction: torch.Tensor | None  # (B, 28, 28), None without a decoder
-    votes: torch.Tensor  # (B, 1152, 10, 16) prediction vectors u_hat_j|i
+    votes: torch.Tensor  # (B, 1152, 10, 16) prediction vectors u_hat_j|i (em: flattened V_ij)
+
+
+def create_routing(config: CapsNetConfig) -> nn.Module:
+    """The routing module that config.routing names (model/routing.py)."""
+    if config.routing == "dynamic":
+        return DynamicRouting(config.routing_iters)
+    if config.routing == "em":
+        return EMRouting(config.num_classes, config.routing_iters, config.em_inv_temp)
+    penalty = config.routing.removeprefix("qp-")  # "l2" or "l1"
+    return QPRouting(config.num_primary, config.num_classes, penalty, config.qp_lambda)
 
 
 class CapsNet(nn.Module):
-    """Conv1 -> PrimaryCaps -> DigitCaps (+ Decoder), section 4 and Fig. 1-2."""
+    """Conv1 -> PrimaryCaps -> DigitCaps (+ Decoder), section 4 and Fig. 1-2; matrix capsules for em."""
 
     def __init__(self, config: CapsNetConfig):
         super().__init__()
         self.config = config
         self.conv1 = nn.Conv2d(1, config.conv_chans, kernel_size=9, stride=1)
-        self.primary = PrimaryCaps(config.conv_chans, config.primary_types, config.primary_dim)
-        self.digits = DigitCaps(config.num_primary, config.primary_dim, config.num_classes,
-                                config.caps_dim, config.routing_iters)
+        routing = create_routing(config)
+        if config.routing == "em":
+            self.primary = PrimaryMatrixCaps(config.conv_chans, config.primary_types,
+                                             config.primary_types * config.primary_dim)
+            self.digits = MatrixDigitCaps(config.num_primary, config.num_classes, routing=routing)
+        else:
+            self.primary = PrimaryCaps(config.conv_chans, config.primary_types, config.primary_dim)
+            self.digits = DigitCaps(config.num_primary, config.primary_dim, config.num_classes,
+                                    config.caps_dim, routing)
         self.decoder = (Decoder(config.num_classes, config.caps_dim, config.image_size)
                         if config.reconstruction else None)
 
-    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16), couplings (B, 1152, 10)
-        and votes (B, 1152, 10, 16)."""
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16), their lengths or activations
+        (B, 10), the routing coefficients (B, 1152, 10) and the votes (B, 1152, 10, 16)."""
         x = F.relu(self.conv1(x))  # (B, 256, 20, 20)
-        u = self.primary(x)  # (B, 1152, 8)
+        u = self.primary(x)  # (B, 1152, 8); em: poses (B, 1152, 16) and activations (B, 1152)
         return self.digits(u)
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> CapsNetOutput:
@@ -167,8 +250,7 @@ class CapsNet(nn.Module):
         The decoder draws the capsule of `targets` when given (the true label, in training) and the
         longest capsule otherwise (inference), section 4.1.
         """
-        capsules, routing, votes = self.forward_features(x)
-        lengths = capsule_length(capsules)  # (B, 10)
+        capsules, lengths, routing, votes = self.forward_features(x)  # lengths (B, 10)
         reconstruction = None
         if self.decoder is not None:
             chosen = targets if targets is not None else lengths.argmax(dim=1)

@@ -1,12 +1,37 @@
-"""Routing between capsule layers.
+"""Routing between capsule layers: dynamic routing, EM routing and QP-regularised routing.
 
-Paper: `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
-    https://arxiv.org/abs/1710.09829
+Papers:
+    `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
+        https://arxiv.org/abs/1710.09829 (Procedure 1, Eqs. 1-3)
+    `Matrix Capsules with EM Routing` - Hinton, Sabour & Frosst, ICLR 2018
+        https://openreview.net/forum?id=HJWLfGWRb (equation numbers as in our copy of the tutorial,
+        shared/papers/tutorial-dynamic-and-em-routing.md, Eqs. 20-29)
+    QP-regularised routing (shared/papers/qp-regularized-routing.txt): routing coefficients b_j learned
+        by gradient ascent on a label-signed quadratic objective with an l2 or l1 penalty, no softmax
+        (Eqs. 5-15, Algorithm 1)
 
-Plain functions over tensors (no modules, no parameters) so that each can be tested on hand-made
-votes. The loop runs over routing iterations only; every capsule is handled at once.
+Each algorithm is a plain function over tensors (testable on hand-made votes) plus a thin module with
+one interface:
+
+    routing(votes (B, N_in, N_out, D), activations (B, N_in) or None) -> (v, a, c)
+        v: parent capsules (B, N_out, D); a: their activations (B, N_out), the class probabilities;
+        c: the coefficients the algorithm routed with (B, N_in, N_out).
+
+| name    | v                | a              | c                                     | extra state         |
+|---------|------------------|----------------|---------------------------------------|---------------------|
+| dynamic | squash(s_j)      | ||v_j||        | softmax couplings, rows sum to 1      | none                |
+| em      | mean pose mu_j   | logistic a_j   | responsibilities R_ij, rows sum to 1  | learned beta_u/a    |
+| qp-l2/1 | squash(U^T b_j)  | ||v_j||        | learned b_ij, any sign, rows free     | buffer b (Alg. 1)   |
+
+The loops run over routing iterations only; every capsule is handled at once.
 """
+import math
+
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROUTINGS = ("dynamic", "em", "qp-l2", "qp-l1")  # the --routing choices; em needs matrix capsules
 
 
 def squash(s: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
@@ -28,6 +53,8 @@ def capsule_length(v: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.T
     """||v_j||, the probability that capsule j's entity exists (section 2). eps inside the root."""
     return torch.sqrt((v * v).sum(dim=dim) + eps)
 
+
+# --- dynamic routing (Sabour et al.) -------------------------------------------------------------
 
 def dynamic_routing(u_hat: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     """Routing by agreement, Procedure 1.
@@ -58,3 +85,219 @@ def dynamic_routing(u_hat: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, 
         if r < iters - 1:
             b = b + torch.einsum("bijd,bjd->bij", u_hat, v)  # agreement a_ij
     return v, c
+
+
+class DynamicRouting(nn.Module):
+    """Procedure 1 behind the common interface; child activations are ignored (they are ||u_i||)."""
+
+    def __init__(self, iters: int = 3):
+        super().__init__()
+        self.iters = iters
+
+    def forward(self, u_hat: torch.Tensor, a_in: torch.Tensor | None = None):
+        v, c = dynamic_routing(u_hat, self.iters)
+        return v, capsule_length(v), c
+
+
+# --- EM routing (matrix capsules) ----------------------------------------------------------------
+
+def em_m_step(R: torch.Tensor, a_in: torch.Tensor, votes: torch.Tensor, beta_u: torch.Tensor,
+              beta_a: torch.Tensor, inv_temp: float, var_floor: float = 1e-6,
+              eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """M-step for every parent j at once, Eqs. 21-27.
+
+    R_ij <- R_ij a_i (Eq. 21); mu_j^h and (sigma_j^h)^2, the R-weighted mean and variance of the
+    votes (Eq. 22); cost_j^h = (beta_u + log sigma_j^h) sum_i R_ij (Eq. 26);
+    a_j = logistic(lambda (beta_a - sum_h cost_j^h)) (Eq. 27).
+
+    Args:
+        R: responsibilities (B, N_in, N_out), each row summing to 1 over the parents.
+        a_in: child activations a_i (B, N_in) in [0, 1].
+        votes: V_ij, the flattened 4x4 vote matrices (B, N_in, N_out, H) with H = 16.
+        beta_u, beta_a: learned, one per parent (N_out,) or scalars.
+        inv_temp: lambda, the inverse temperature of the logistic.
+        var_floor: added to every variance so that identical votes give a finite log sigma.
+        eps: keeps the weighted mean defined when no active child votes for a parent.
+
+    Returns:
+        mu (B, N_out, H), sigma_sq (B, N_out, H), a_out (B, N_out).
+    """
+    R = R * a_in.unsqueeze(-1)  # Eq. 21, (B, N_in, N_out)
+    mass = R.sum(dim=1)  # sum_i R_ij, (B, N_out)
+    weights = R / (mass.unsqueeze(1) + eps)  # (B, N_in, N_out), columns sum to ~1
+    mu = torch.einsum("bij,bijh->bjh", weights, votes)  # Eq. 22, (B, N_out, H)
+    sigma_sq = torch.einsum("bij,bijh->bjh", weights, (votes - mu.unsqueeze(1)) ** 2) + var_floor  # Eq. 22
+    cost = (beta_u.unsqueeze(-1) + 0.5 * torch.log(sigma_sq)) * mass.unsqueeze(-1)  # Eq. 26, (B, N_out, H)
+    cost = cost.sum(dim=-1)  # sum_h cost_j^h, (B, N_out)
+    # NOTE log sigma moves with the overall scale of the poses, which is arbitrary (tiny at
+    # initialisation), and sum_i R_ij runs over 1152 children: raw costs saturate the logistic from
+    # the first step, every parent on or off together. As public implementations do, we standardise
+    # each example's costs over its parents, so lambda and beta_a act in units of their spread.
+    # The root's eps keeps a finite gradient when every cost is equal (no active child).
+    cost = cost - cost.mean(dim=1, keepdim=True)
+    cost = cost / torch.sqrt((cost * cost).mean(dim=1, keepdim=True) + 1e-8)
+    a_out = torch.sigmoid(inv_temp * (beta_a - cost))  # Eq. 27, (B, N_out)
+    return mu, sigma_sq, a_out
+
+
+def em_e_step(votes: torch.Tensor, mu: torch.Tensor, sigma_sq: torch.Tensor, a_out: torch.Tensor,
+              tiny: float = 1e-30) -> torch.Tensor:
+    """E-step for every child i at once, Eqs. 28-29, in the log domain.
+
+    ln p_j = -sum_h [(V_ij^h - mu_j^h)^2 / (2 (sigma_j^h)^2) + ln sigma_j^h + ln(2 pi) / 2] (Eq. 28),
+    R_ij = a_j p_j / sum_k a_k p_k (Eq. 29) = softmax_j(ln a_j + ln p_j): the densities of 16-D
+    Gaussians under- and overflow float32, their logs do not.
+
+    Returns:
+        R: (B, N_in, N_out), each row sums to 1 over the parents.
+    """
+    diff_sq = (votes - mu.unsqueeze(1)) ** 2  # (B, N_in, N_out, H)
+    log_p = -0.5 * (diff_sq / sigma_sq.unsqueeze(1) + torch.log(2 * math.pi * sigma_sq).unsqueeze(1)).sum(-1)
+    log_a = torch.log(a_out + tiny).unsqueeze(1)  # (B, 1, N_out); tiny: a_j may underflow to 0
+    return torch.softmax(log_a + log_p, dim=2)  # Eq. 29, (B, N_in, N_out)
+
+
+def em_routing(votes: torch.Tensor, a_in: torch.Tensor, beta_u: torch.Tensor, beta_a: torch.Tensor,
+               iters: int = 3, inv_temp: float = 3.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """EM routing: R_ij = 1 / N_out (Eq. 20), then r times an M-step (Eqs. 21-27) and, between
+    them, an E-step (Eqs. 28-29).
+
+    Args:
+        votes: V_ij = M_i W_ij flattened, (B, N_in, N_out, 16).
+        a_in: child activations (B, N_in).
+        beta_u, beta_a: learned cost offset and activation threshold, (N_out,).
+        iters: r, the number of M-steps (the paper uses 3).
+        inv_temp: lambda at the last iteration; iteration t of r uses inv_temp * (t + 1) / r
+            (1, 2, 3 for the defaults, the schedule of public implementations).
+
+    Returns:
+        mu: parent poses (B, N_out, 16); a: parent activations (B, N_out) in [0, 1];
+        R: the responsibilities used by the last M-step (B, N_in, N_out), rows summing to 1.
+
+    As in dynamic routing, R starts afresh for every example and gradients flow through every
+    iteration.
+    """
+    if iters < 1:
+        raise ValueError(f"routing needs at least one iteration, got {iters}")
+    B, N_in, N_out, _ = votes.shape
+    R = votes.new_full((B, N_in, N_out), 1.0 / N_out)  # Eq. 20
+    for t in range(iters):
+        # NOTE the paper raises lambda by "a fixed schedule" it does not give (the tutorial: over
+        # training). We raise it linearly over the iterations, as public implementations do, so a
+        # trained model carries no training-time state and exports as it was trained.
+        mu, sigma_sq, a = em_m_step(R, a_in, votes, beta_u, beta_a, inv_temp * (t + 1) / iters)
+        if t < iters - 1:
+            R = em_e_step(votes, mu, sigma_sq, a)
+    return mu, a, R
+
+
+class EMRouting(nn.Module):
+    """EM routing behind the common interface, with learned beta_u, beta_a per parent (Eqs. 26-27)."""
+
+    def __init__(self, num_out: int = 10, iters: int = 3, inv_temp: float = 3.0):
+        super().__init__()
+        self.iters, self.inv_temp = iters, inv_temp
+        self.beta_u = nn.Parameter(torch.zeros(num_out))
+        self.beta_a = nn.Parameter(torch.zeros(num_out))
+
+    def forward(self, votes: torch.Tensor, a_in: torch.Tensor):
+        return em_routing(votes, a_in, self.beta_u, self.beta_a, self.iters, self.inv_temp)
+
+
+# --- QP-regularised routing ----------------------------------------------------------------------
+
+def qp_routing(u_hat: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """s_j = sum_i b_ij u_hat_j|i = U^T b_j (Eq. 6) with the learned b (no softmax), v_j = squash(s_j).
+
+    Args:
+        u_hat: prediction vectors (B, N_in, N_out, D).
+        b: routing coefficients (N_in, N_out), shared by every example; any sign, rows need not
+            sum to 1 (the paper drops Assumption 1: a child may count against a parent).
+
+    Returns:
+        v (B, N_out, D) and b broadcast to (B, N_in, N_out).
+    """
+    s = torch.einsum("ij,bijd->bjd", b, u_hat)  # Eq. 6, (B, N_out, D)
+    return squash(s), b.expand(u_hat.shape[0], -1, -1)
+
+
+def qp_agreement(u_hat: torch.Tensor, b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """sum_k delta_j,k U_k U_k^T b_j for every parent j: the data term of dJ/db_j (Eqs. 9, 12-15).
+
+    delta_j,k = +1 if observation k is of class j, -1 otherwise (Eq. 5b). The rows of U_k are the
+    u_hat_j|i of observation k, so U_k^T b_j = s_j,k (Eq. 6) and U_k s_j,k = (u_hat_j|i . s_j,k)_i:
+    the term is the label-signed agreement of each child with each parent, summed over the batch.
+
+    Args:
+        u_hat: (B, N_in, N_out, D) prediction vectors, no gradient needed.
+        b: (N_in, N_out) routing coefficients.
+        targets: class indices (B,) or a multi-hot (B, N_out).
+
+    Returns:
+        (N_in, N_out), a sum over the batch (so a DDP all-reduce adds up the global batch).
+    """
+    T = targets if targets.dim() == 2 else F.one_hot(targets, u_hat.shape[2])
+    delta = 2.0 * T.to(u_hat.dtype) - 1.0  # Eq. 5b, (B, N_out)
+    s = torch.einsum("ij,bijd->bjd", b, u_hat)  # U_k^T b_j, (B, N_out, D)
+    return torch.einsum("bj,bijd,bjd->ij", delta, u_hat, s)
+
+
+def qp_update(b: torch.Tensor, agreement: torch.Tensor, lr: float, lam: float = 1e-3,
+              penalty: str = "l2") -> torch.Tensor:
+    """One gradient-ascent step on b, Eq. 13 (l2) or Eq. 15 (l1).
+
+    l2: b_j <- b_j + 2 gamma sum_k (delta_j,k U_k U_k^T - lambda / p I) b_j     (Eq. 13)
+    l1: b_j <- b_j + 2 gamma (sum_k delta_j,k U_k U_k^T b_j - lambda / 2 sign(b_j))
+
+    Args:
+        b: (N_in, N_out) current coefficients.
+        agreement: qp_agreement(u_hat, b, targets), the batch sum.
+        lr: gamma, the routing step size.
+        lam: lambda of Eqs. 10 and 14 (the paper: "usually set small, e.g. 0.001").
+        penalty: "l2" (Eq. 10) or "l1" (Eq. 14).
+    """
+    if penalty == "l2":
+        return b + 2 * lr * (agreement - lam * b)  # Eq. 13
+    if penalty == "l1":
+        # NOTE our scan of Eq. 15 leaves the factor of the l1 term unclear; we take the exact
+        # gradient of Eq. 14, 2 sum_k delta U U^T b - lambda sign(b), with sign(0) = 0 as the paper
+        # defines d|x|/dx at 0.
+        return b + 2 * lr * (agreement - 0.5 * lam * torch.sign(b))  # Eq. 15
+    raise ValueError(f"penalty must be 'l2' or 'l1', got {penalty!r}")
+
+
+class QPRouting(nn.Module):
+    """QP-regularised routing: coefficients b (a buffer, not an optimiser parameter) used as in Eq. 6
+    and learned by `ascend`, Algorithm 1's routing steps, between the weight updates.
+
+    Inference is one weighted sum: no iterations, no softmax.
+    """
+
+    def __init__(self, num_in: int = 1152, num_out: int = 10, penalty: str = "l2", lam: float = 1e-3):
+        super().__init__()
+        if penalty not in ("l2", "l1"):
+            raise ValueError(f"penalty must be 'l2' or 'l1', got {penalty!r}")
+        self.penalty, self.lam = penalty, lam
+        # NOTE the paper does not give b's start; 1 / N_out makes the first forward the same as one
+        # iteration of dynamic routing (uniform couplings).
+        self.register_buffer("b", torch.full((num_in, num_out), 1.0 / num_out))
+
+    def forward(self, u_hat: torch.Tensor, a_in: torch.Tensor | None = None):
+        v, c = qp_routing(u_hat, self.b)
+        return v, capsule_length(v), c
+
+    @torch.no_grad()
+    def ascend(self, u_hat: torch.Tensor, targets: torch.Tensor, lr: float, reduce=None) -> None:
+        """One routing step of Algorithm 1 (lines 7-9): b_j += gamma dJ/db_j, Eq. 13 or 15.
+
+        Args:
+            u_hat: the batch's prediction vectors (B, N_in, N_out, D).
+            targets: its labels (B,) or multi-hot (B, N_out).
+            lr: gamma.
+            reduce: applied in place to the batch-summed data term before the step, e.g.
+                torch.distributed.all_reduce so that every rank takes the global batch's step.
+        """
+        agreement = qp_agreement(u_hat.float(), self.b, targets)
+        if reduce is not None:
+            reduce(agreement)
+        self.b.copy_(qp_update(self.b, agreement, lr, self.lam, self.penalty))
