@@ -34,6 +34,9 @@ class ExportedCapsNet(nn.Module):
 
     vote_lengths = ||u_hat_j|i|| lets the service draw where each digit's support comes from
     (sum over the 32 primary types of c_ij ||u_hat_j|i|| on the 6x6 grid) without a second pass.
+    Every routing fills the same outputs (model/routing.py): for em, lengths are the activations a_j,
+    capsules the flattened 4x4 poses, routing the responsibilities R_ij and vote_lengths the
+    Frobenius norms of the votes V_ij; for qp, routing is the learned b_ij (any sign, rows free).
     """
 
     def __init__(self, model: CapsNet):
@@ -138,7 +141,7 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
         "hardware": ckpt.get("hardware"),
         "train_args": ckpt.get("args", {}),
-        "routing": "dynamic",
+        "routing": ckpt["config"].get("routing", "dynamic"),
         "routing_iters": ckpt["config"]["routing_iters"],
         "parameters": sum(v.numel() for v in ckpt["model"].values()),
         "opset": OPSET,

@@ -3,10 +3,14 @@
 $ python -m training.train --epochs 1                       # quick run, CPU or GPU
 $ python -m training.train --epochs 50 --lr-decay 0.99      # the paper's long schedule
 $ torchrun --nproc_per_node 2 -m training.train --epochs 10 # DistributedDataParallel (nccl/gloo)
+$ python -m training.train --routing em --out runs/em        # or qp-l2 / qp-l1 (docs/routing.md)
 
 Adam with exponential LR decay (stepped each step, --lr-decay is the factor per epoch), margin loss
 (Eq. 4) + 0.0005 x sum-squared reconstruction with the true-label mask, ±2 px shifts (section 5).
 The best checkpoint is chosen on a 5,000-image validation split, never on the test set.
+--routing picks dynamic routing (the paper), EM routing or QP-regularised routing (model/routing.py);
+qp follows Algorithm 1 of its paper: per batch, --n-w weight steps with the coefficients b fixed, then
+--n-r gradient-ascent steps on b (Eq. 13 or 15, step --qp-lr).
 Writes OUT/best.pt, OUT/last.pt (state_dict + config, loadable with weights_only=True),
 OUT/metrics.json (one record per epoch) and OUT/curves.png.
 """
@@ -25,6 +29,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from model.capsnet import CapsNet, CapsNetConfig
+from model.routing import ROUTINGS, QPRouting
 from training import data
 from training.evaluate import evaluate
 
@@ -38,7 +43,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-limit", type=int, default=0, help="use only the first N training images")
     p.add_argument("--val-size", type=int, default=data.VAL_SIZE, help="training images held out for validation")
     # --- model
-    p.add_argument("--routing-iters", type=int, default=3)
+    p.add_argument("--routing", choices=ROUTINGS, default="dynamic")
+    p.add_argument("--routing-iters", type=int, default=3, help="dynamic: r of Procedure 1; em: M-steps")
+    p.add_argument("--qp-lambda", type=float, default=1e-3, help="qp: lambda of the l2/l1 penalty (Eqs. 10, 14)")
+    p.add_argument("--em-inv-temp", type=float, default=3.0, help="em: lambda of Eq. 27 at the last iteration")
     p.add_argument("--no-reconstruction", dest="reconstruction", action="store_false")
     # --- optimisation
     p.add_argument("--epochs", type=int, default=10)
@@ -47,6 +55,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr-decay", type=float, default=0.99,
                    help="LR factor per epoch, applied smoothly per step; the official 0.96 every "
                         "2,000 steps at batch 128 is ~0.99 per epoch, short runs want ~0.9")
+    p.add_argument("--n-w", type=int, default=1, help="weight steps per batch (Algorithm 1's n_w; paper: 1)")
+    p.add_argument("--n-r", type=int, default=1, help="qp: routing steps per batch (Algorithm 1's n_r; paper: 1)")
+    p.add_argument("--qp-lr", type=float, default=1e-5,
+                   help="qp: gamma, the step of the routing ascent (Eqs. 13, 15 sum over the batch)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
@@ -122,9 +134,12 @@ def main(argv=None) -> dict:
     steps_per_epoch = math.ceil(len(train) / (args.batch_size * world))
 
     # --- model, optimiser, schedule
-    config = CapsNetConfig(image_size=train.images.shape[-1], routing_iters=args.routing_iters,
-                           reconstruction=args.reconstruction)
+    config = CapsNetConfig(image_size=train.images.shape[-1], routing=args.routing,
+                           routing_iters=args.routing_iters, qp_lambda=args.qp_lambda,
+                           em_inv_temp=args.em_inv_temp, reconstruction=args.reconstruction)
     model = CapsNet(config).to(device)
+    qp = model.digits.routing if isinstance(model.digits.routing, QPRouting) else None
+    reduce = dist.all_reduce if world > 1 else None  # qp: every rank ascends on the global batch
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=args.lr_decay ** (1 / steps_per_epoch))
     history, start_epoch, wall = [], 1, 0.0
@@ -137,7 +152,7 @@ def main(argv=None) -> dict:
         history, start_epoch, wall = ckpt["history"], ckpt["epoch"] + 1, ckpt["train_seconds"]
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if master:
-        print(f"CapsNet {model.num_params():,} parameters on {hardware(device)} x{world}; "
+        print(f"CapsNet ({config.routing} routing) {model.num_params():,} parameters on {hardware(device)} x{world}; "
               f"{len(train):,} train / {len(splits['val']):,} val / {len(splits['test']):,} test")
 
     gen = torch.Generator(device=device).manual_seed(args.seed)
@@ -157,13 +172,19 @@ def main(argv=None) -> dict:
                 break
             x = data.random_shift(data.to_float(train.images[idx]), args.max_shift, gen)
             y = train.labels[idx]
-            with autocast:
-                out = net(x, y)
-                loss = model.loss(out, x, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            for _ in range(args.n_w):  # Algorithm 1, lines 3-6: weights, routing coefficients fixed
+                with autocast:
+                    out = net(x, y)
+                    loss = model.loss(out, x, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
             scheduler.step()
+            if qp is not None:  # Algorithm 1, lines 7-9: ascend on b, the weights fixed
+                # NOTE the votes are those of the last weight step's forward, before its update:
+                # one forward fewer per batch than recomputing them, one optimiser step stale.
+                for _ in range(args.n_r):
+                    qp.ascend(out.votes.detach(), y, args.qp_lr, reduce)
             loss_sum += loss.detach() * len(idx)
             correct += (out.lengths.argmax(1) == y).sum()
             seen += len(idx)
@@ -186,6 +207,7 @@ def main(argv=None) -> dict:
             "val_loss": val["loss"], "val_acc": val["accuracy"],
             "test_loss": test["loss"], "test_acc": test["accuracy"], "test_errors": test["errors"],
             "epoch_seconds": epoch_seconds, "train_images_per_s": seen * world / epoch_seconds,
+            "step_seconds": epoch_seconds / steps_per_epoch,
         }
         history.append(record)
         print(json.dumps(record))

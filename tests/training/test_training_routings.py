@@ -1,0 +1,88 @@
+"""Every routing trains with one command, rebuilds from its checkpoint and exports under the contract."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from model import contract
+from model.capsnet import CapsNet, CapsNetConfig
+from model.routing import ROUTINGS
+from training import data, export, train
+from training.evaluate import load_checkpoint
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("routing", ROUTINGS)
+def test_each_routing_exports_and_matches_pytorch(routing, tmp_path, mnist_fixture):
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(routing=routing)).eval()
+    if routing.startswith("qp"):  # learned coefficients of both signs must survive the export
+        model.digits.routing.b.copy_(0.2 * torch.randn_like(model.digits.routing.b))
+    capsnet_path, decoder_path = export.export(model, tmp_path)
+    images, _ = mnist_fixture
+    assert export.check_parity(model, capsnet_path, decoder_path, images, batches=(1, 7)) <= export.PARITY_TOL
+
+    sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
+    assert tuple(o.name for o in sess.get_outputs()) == contract.CAPSNET_OUTPUTS
+    for node in sess.get_outputs():
+        assert tuple(node.shape) == contract.CAPSNET_SHAPES[node.name], node.name
+    x = images[:3, None].astype(np.float32) / 255.0
+    lengths, _, coefficients, _, vote_lengths = sess.run(None, {contract.IMAGE: x})
+    assert ((lengths >= 0) & (lengths <= 1)).all() and (vote_lengths >= 0).all()
+    if routing.startswith("qp"):  # routing = b broadcast: any sign, rows free
+        b = model.digits.routing.b.numpy()
+        np.testing.assert_allclose(coefficients, np.broadcast_to(b, coefficients.shape), atol=1e-6)
+        assert (coefficients < 0).any()
+    else:  # couplings (dynamic) or responsibilities (em): rows sum to 1 over the parents
+        np.testing.assert_allclose(coefficients.sum(-1), 1.0, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("routing", ["em", "qp-l2", "qp-l1"])
+def test_cli_trains_and_exports_each_routing(routing, idx_dir, tmp_path):
+    out = tmp_path / "run"
+    record = train.main(["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "32",
+                         "--train-limit", "64", "--epochs", "1", "--eval-batch-size", "200",
+                         "--routing", routing, "--out", str(out)])
+    assert record["epoch"] == 1 and record["step_seconds"] > 0
+    model, ckpt = load_checkpoint(out / "best.pt")  # weights_only=True inside
+    assert ckpt["config"]["routing"] == routing == model.config.routing
+    if routing.startswith("qp"):  # Algorithm 1's routing steps ran: b left its uniform start
+        b = model.digits.routing.b
+        assert torch.isfinite(b).all() and not torch.allclose(b, torch.full_like(b, 0.1))
+    card = export.main(["--checkpoint", str(out / "best.pt"), "--out-dir", str(tmp_path / "m"),
+                        "--data-dir", str(idx_dir), "--no-evaluate"])
+    assert card["routing"] == routing and card["parity_max_abs_diff"] <= export.PARITY_TOL
+
+
+@pytest.mark.slow
+def test_qp_alternation_flags(idx_dir, tmp_path):
+    """--n-r 0 leaves b at its start; --n-w 2 takes two weight steps per batch (Algorithm 1)."""
+    args = ["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "32", "--train-limit", "32",
+            "--epochs", "1", "--eval-batch-size", "200", "--routing", "qp-l2"]
+    train.main(args + ["--n-r", "0", "--n-w", "2", "--out", str(tmp_path / "a")])
+    ckpt = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
+    assert torch.equal(ckpt["model"]["digits.routing.b"], torch.full((1152, 10), 0.1))
+    assert ckpt["optimizer"]["state"][0]["step"] == 2  # one batch, two Adam steps
+
+
+@pytest.mark.slow
+def test_em_a_few_steps_lower_the_loss(mnist_fixture):
+    torch.manual_seed(0)
+    images, labels = mnist_fixture
+    x = data.to_float(torch.from_numpy(images[:128].copy()))
+    y = torch.from_numpy(labels[:128])
+    model = CapsNet(CapsNetConfig(routing="em"))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with torch.no_grad():
+        before = model.loss(model(x, y), x, y).item()
+    for step in range(8):
+        idx = torch.arange(step * 32 % 128, step * 32 % 128 + 32)
+        loss = model.loss(model(x[idx], y[idx]), x[idx], y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    with torch.no_grad():
+        after = model.loss(model(x, y), x, y).item()
+    assert after < 0.8 * before
