@@ -1,0 +1,161 @@
+"""Compare the routings (dynamic, em, qp-l2, qp-l1): test error, training images/s, time per step.
+
+$ python -m benchmarks.routing_compare                                  # every dataset x routing
+$ python -m benchmarks.routing_compare --datasets mnist --routings em   # one cell; merges into the JSON
+$ python -m benchmarks.routing_compare --report                         # only rewrite the markdown
+
+Each cell trains `python -m training.train --routing R` in-process on the same data and hardware
+(REDUCED by default: the first TRAIN_LIMIT training images, EPOCHS epochs, the full 10,000-image
+test set) and records the last epoch's test error, training images/s and seconds per step. A timing
+cell (--timing) measures the median training step of each routing at batch 128 on fixed synthetic
+images, steadier than a whole epoch on a shared machine. Results: benchmarks/results/routing_compare.json
+and .md, beside the numbers the seed paper reports (qp-regularized-routing.txt, Table II, full
+training); a reduced run is labelled as such wherever it is shown. A benchmark, not a test.
+"""
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from model.capsnet import CapsNet, CapsNetConfig
+from model.routing import ROUTINGS
+from training import train
+
+DATASETS = ("mnist", "fashion-mnist")
+TRAIN_LIMIT = 10_000  # reduced: the first 10k of the 55k training images (5k are held out for val)
+EPOCHS = 1
+BATCH = 128
+VAL_SIZE = 1000  # held out from training; only picks best.pt, so small here
+TIMING_STEPS, TIMING_WARMUP = 5, 2
+RESULTS = Path(__file__).parent / "results"
+OUT_JSON, OUT_MD = RESULTS / "routing_compare.json", RESULTS / "routing_compare.md"
+RUNS = Path("runs/routing_compare")
+
+# Table II of the seed (test error %, full training; "DR" = dynamic routing). It reports no EM figure.
+SEED_ERROR = {
+    "mnist": {"dynamic": 0.34, "qp-l2": 0.35, "qp-l1": 0.32},
+    "fashion-mnist": {"dynamic": 7.21, "qp-l2": 7.01, "qp-l1": 6.76},
+}
+SEED_SPEED = "qp: \"each step can save at least 20% runtime compared to dynamic routing\" (Fig. 4)"
+
+
+def hardware() -> str:
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+def train_cell(dataset: str, routing: str, train_limit: int, epochs: int) -> dict:
+    """One reduced training run; the figures of its last epoch."""
+    out = RUNS / f"{dataset}-{routing}"
+    t0 = time.time()
+    record = train.main(["--dataset", dataset, "--routing", routing, "--train-limit", str(train_limit),
+                         "--epochs", str(epochs), "--batch-size", str(BATCH), "--val-size", str(VAL_SIZE),
+                         "--lr-decay", "0.9", "--device", "cpu", "--out", str(out)])
+    return {
+        "dataset": dataset, "routing": routing, "reduced": train_limit > 0 or epochs < 50,
+        "train_images": train_limit, "epochs": epochs, "batch": BATCH,
+        "test_error_pct": 100 * (1 - record["test_acc"]), "test_errors": record["test_errors"],
+        "val_error_pct": 100 * (1 - record["val_acc"]),
+        "train_images_per_s": record["train_images_per_s"], "step_seconds": record["step_seconds"],
+        "wall_seconds": time.time() - t0, "parameters": CapsNet(CapsNetConfig(routing=routing)).num_params(),
+        "hardware": hardware(), "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def timing_cell(routing: str) -> dict:
+    """Median seconds of a full training step (forward, loss, backward, Adam, + qp's routing step)."""
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(routing=routing))
+    opt = torch.optim.Adam(model.parameters())
+    x, y = torch.rand(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
+    times = []
+    for i in range(TIMING_WARMUP + TIMING_STEPS):
+        t0 = time.perf_counter()
+        out = model(x, y)
+        loss = model.loss(out, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if routing.startswith("qp"):
+            model.digits.routing.ascend(out.votes.detach(), y, 1e-5)
+        if i >= TIMING_WARMUP:
+            times.append(time.perf_counter() - t0)
+    step = sorted(times)[len(times) // 2]
+    return {"routing": routing, "batch": BATCH, "median_step_seconds": step, "images_per_s": BATCH / step,
+            "steps": TIMING_STEPS, "hardware": hardware(), "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def render(results: dict) -> str:
+    """The markdown table: our measured numbers beside the seed's."""
+    cells = results.get("cells", {})
+    sizes = sorted({(c["train_images"], c["epochs"]) for c in cells.values()})
+    runs = ", ".join(f"the first {n:,} training images for {e} epoch(s)" if n else f"all training images for "
+                     f"{e} epoch(s)" for n, e in sizes) or "none yet"
+    lines = ["# Routing comparison", "",
+             "Measured by `python -m benchmarks.routing_compare` (benchmarks/routing_compare.py). "
+             f"**Reduced runs**: {runs}, batch {BATCH}, Adam 1e-3, the full 10,000-image test set. The "
+             "seed's numbers come from full trainings: compare directions, not errors.", ""]
+    if cells:
+        lines += ["| dataset | routing | test error % (ours, reduced) | seed test error % (full) | "
+                  "train images/s | s/step | step time vs dynamic | parameters | wall s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for dataset in DATASETS:
+            base = cells.get(f"{dataset}/dynamic")
+            for routing in ROUTINGS:
+                c = cells.get(f"{dataset}/{routing}")
+                if c is None:
+                    continue
+                seed = SEED_ERROR[dataset].get(routing)
+                rel = f"{100 * (c['step_seconds'] / base['step_seconds'] - 1):+.0f}%" if base else "n/a"
+                lines.append(f"| {dataset} | {routing} | {c['test_error_pct']:.2f} (reduced) | "
+                             f"{'—' if seed is None else f'{seed:.2f}'} | {c['train_images_per_s']:.1f} | "
+                             f"{c['step_seconds']:.2f} | {rel} | {c['parameters']:,} | {c['wall_seconds']:.0f} |")
+        hw = {c["hardware"] for c in cells.values()}
+        lines += ["", f"Hardware: {'; '.join(sorted(hw))}. Images/s and s/step are of the training "
+                  "epoch (evaluation excluded) on a machine shared with other jobs."]
+    timing = results.get("timing", {})
+    if timing:
+        base = timing.get("dynamic")
+        lines += ["", "## Time per training step (synthetic batch of 128, median of "
+                  f"{TIMING_STEPS} after {TIMING_WARMUP} warm-up)", "",
+                  "| routing | median s/step | images/s | vs dynamic |", "|---|---|---|---|"]
+        for routing in ROUTINGS:
+            t = timing.get(routing)
+            if t is None:
+                continue
+            rel = f"{100 * (t['median_step_seconds'] / base['median_step_seconds'] - 1):+.0f}%" if base else "n/a"
+            lines.append(f"| {routing} | {t['median_step_seconds']:.3f} | {t['images_per_s']:.1f} | {rel} |")
+        lines += ["", f"Seed: {SEED_SPEED} (their hardware, TensorFlow)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.routing_compare", description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    p.add_argument("--routings", nargs="+", choices=ROUTINGS, default=list(ROUTINGS))
+    p.add_argument("--train-limit", type=int, default=TRAIN_LIMIT, help="0: the whole training split")
+    p.add_argument("--epochs", type=int, default=EPOCHS)
+    p.add_argument("--timing", action="store_true", help="only the per-step timing of --routings")
+    p.add_argument("--report", action="store_true", help="only rewrite the markdown from the JSON")
+    args = p.parse_args(argv)
+    results = json.loads(OUT_JSON.read_text()) if OUT_JSON.exists() else {}
+    if args.timing:
+        for routing in args.routings:
+            results.setdefault("timing", {})[routing] = timing_cell(routing)
+            print(json.dumps(results["timing"][routing]))
+    elif not args.report:
+        for dataset in args.datasets:
+            for routing in args.routings:
+                cell = train_cell(dataset, routing, args.train_limit, args.epochs)
+                results.setdefault("cells", {})[f"{dataset}/{routing}"] = cell
+                print(json.dumps(cell))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    OUT_JSON.write_text(json.dumps(results, indent=2) + "\n")
+    OUT_MD.write_text(render(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()
