@@ -135,9 +135,11 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "test_count": result["count"] if result else None,
         "misclassified": result["misclassified"] if result else None,
         "evaluated_with": "ONNX Runtime " + ",".join(result["providers"]) if result else None,
-        "epochs": ckpt.get("epoch"),
-        "best_epoch": best.get("epoch"),
+        "epochs": ckpt.get("epoch"),  # epochs trained into these weights
+        "run_epochs": int(ckpt.get("args", {}).get("epochs", ckpt.get("epoch") or 0)),  # of the run
+        "selection": "the epoch with the best validation accuracy (5,000 held-out training images)",
         "val_accuracy": best.get("val_acc"),
+        "val_history": [round(h["val_acc"], 4) for h in history],
         "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
         "hardware": ckpt.get("hardware"),
         "train_args": ckpt.get("args", {}),

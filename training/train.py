@@ -125,7 +125,8 @@ def main(argv=None) -> dict:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=is_cuda and args.amp)
 
     # --- data, all of it on the device
-    splits = data.load(args.data_dir or data.DEFAULT_DIRS[args.dataset], val_size=args.val_size)
+    data_dir = args.data_dir or data.fetch(args.dataset)  # the default directory is fetched if empty
+    splits = data.load(data_dir, val_size=args.val_size)
     if args.train_limit:
         splits["train"] = data.Split(splits["train"].images[:args.train_limit],
                                      splits["train"].labels[:args.train_limit])
