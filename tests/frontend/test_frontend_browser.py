@@ -44,13 +44,14 @@ def stroke(page, points: list[tuple[float, float]]) -> None:
 def test_draw_predict_perturb_and_screenshot(page, demo_url, tmp_path):
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=TIMEOUT_MS)  # its default is 5 s, short on a busy 2-core CI machine
     page.goto(demo_url)
     expect(page.locator("#footer")).to_contain_text("version")
 
     box = page.locator("#sketch canvas").first.bounding_box()  # the drawing area sits in its middle
     cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
     stroke(page, [(cx - 0.45 * r, cy - 0.6 * r), (cx + 0.4 * r, cy - 0.6 * r), (cx - 0.1 * r, cy + 0.7 * r)])  # a 7
-    expect(page.locator("#status")).to_contain_text("Prediction", timeout=TIMEOUT_MS)
+    expect(page.locator("#status")).to_contain_text("Prediction")
 
     perturbed = page.locator("#perturbed img")
     expect(perturbed).to_be_visible()
