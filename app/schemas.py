@@ -41,9 +41,11 @@ class Reconstruction(BaseModel):
 
 
 class Routing(BaseModel):
-    coefficients: vector(P, vector(C, Unit)) = Field(
-        description="final coupling coefficients c_ij of Procedure 1, 1152 primary capsules x 10 digits; "
-                    "each row sums to 1. Primary capsule i = type*36 + row*6 + col")
+    coefficients: vector(P, vector(C)) = Field(
+        description="the routing coefficients of 1152 primary capsules x 10 digits, primary capsule i = "
+                    "type*36 + row*6 + col: for dynamic routing the final c_ij of Procedure 1 (each row "
+                    "sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
+                    "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)")
     maps: vector(C, vector(G, vector(G))) = Field(
         description="per digit j, a 6x6 map: Σ over the 32 primary types of c_ij·||u_hat_j|i|| "
                     "(weighting=vote_length) or the mean c_ij over the types (weighting=coupling)")

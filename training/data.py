@@ -218,7 +218,7 @@ def fetch_fashion_mnist(dest: Path, source: Path = FASHION_DEB_DIR) -> None:
     if not source.is_dir():
         raise DataError(f"{source} does not exist: install Debian's package with "
                         "`apt-get install dataset-fashion-mnist`, or copy the IDX files by hand")
-    _install(find_files(source), dest)
+    _install({FILES[role]: path for role, path in find_files(source).items()}, dest)
     verify(dest, "fashion-mnist")
 
 

@@ -121,3 +121,18 @@ def test_fetch_cli_reports_missing_fashion_source(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(data.fetch_fashion_mnist, "__defaults__", (tmp_path / "absent",))
     assert data.main(["fetch", "--dataset", "fashion-mnist", "--dir", str(tmp_path / "f")]) == 1
     assert "dataset-fashion-mnist" in capsys.readouterr().err
+
+
+def test_fetch_fashion_mnist_from_the_debian_directory(tmp_path, idx_dir, monkeypatch):
+    """Files found under any accepted spelling are installed under their canonical names."""
+    import gzip
+    source = tmp_path / "deb"
+    source.mkdir()
+    for p in idx_dir.iterdir():
+        (source / p.name).write_bytes(p.read_bytes())
+    sums = {name: hashlib.sha256(gzip.decompress(next(idx_dir.glob(name + "*")).read_bytes())).hexdigest()
+            for name in data.FILES.values()}
+    monkeypatch.setitem(data.CHECKSUMS, "fashion-mnist", sums)
+    dest = data.fetch("fashion-mnist", tmp_path / "fashion", source=source)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(f"{n}.gz" for n in data.FILES.values())
+    assert len(data.load(dest, val_size=10)["train"]) == 790
