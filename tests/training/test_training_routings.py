@@ -7,7 +7,7 @@ import torch
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import ROUTINGS
-from training import data, export, train
+from training import export, train
 from training.evaluate import load_checkpoint
 
 
@@ -64,25 +64,3 @@ def test_qp_alternation_flags(idx_dir, tmp_path):
     ckpt = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
     assert torch.equal(ckpt["model"]["digits.routing.b"], torch.full((1152, 10), 0.1))
     assert ckpt["optimizer"]["state"][0]["step"] == 2  # one batch, two Adam steps
-
-
-@pytest.mark.slow
-def test_em_a_few_steps_lower_the_loss(mnist_fixture):
-    torch.manual_seed(0)
-    images, labels = mnist_fixture
-    x = data.to_float(torch.from_numpy(images[:128].copy()))
-    y = torch.from_numpy(labels[:128])
-    model = CapsNet(CapsNetConfig(routing="em"))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    with torch.no_grad():
-        before = model.loss(model(x, y), x, y).item()
-    for step in range(8):
-        idx = torch.arange(step * 32 % 128, step * 32 % 128 + 32)
-        loss = model.loss(model(x[idx], y[idx]), x[idx], y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        assert all(torch.isfinite(p.grad).all() for p in model.parameters())
-    with torch.no_grad():
-        after = model.loss(model(x, y), x, y).item()
-    assert after < 0.8 * before

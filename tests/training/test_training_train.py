@@ -13,21 +13,26 @@ from training import data, train
 from training.evaluate import evaluate, load_checkpoint, summarise
 
 
-def test_a_few_steps_lower_the_loss(mnist_fixture):
+@pytest.mark.parametrize("routing, n, steps", [
+    ("dynamic", 256, 12),
+    pytest.param("em", 128, 8, marks=pytest.mark.slow),
+])
+def test_a_few_steps_lower_the_loss(mnist_fixture, routing, n, steps):
     torch.manual_seed(0)
     images, labels = mnist_fixture
-    x = data.to_float(torch.from_numpy(images[:256].copy()))
-    y = torch.from_numpy(labels[:256])
-    model = CapsNet(CapsNetConfig())
+    x = data.to_float(torch.from_numpy(images[:n].copy()))
+    y = torch.from_numpy(labels[:n])
+    model = CapsNet(CapsNetConfig(routing=routing))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     with torch.no_grad():
         before = model.loss(model(x, y), x, y).item()
-    for step in range(12):
-        idx = torch.arange(step * 32 % 256, step * 32 % 256 + 32)
+    for step in range(steps):
+        idx = torch.arange(step * 32 % n, step * 32 % n + 32)
         loss = model.loss(model(x[idx], y[idx]), x[idx], y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters())
     with torch.no_grad():
         after = model.loss(model(x, y), x, y).item()
     assert after < 0.8 * before
