@@ -14,7 +14,6 @@ training); a reduced run is labelled as such wherever it is shown. A benchmark, 
 """
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -42,17 +41,17 @@ SEED_ERROR = {
 SEED_SPEED = "qp: \"each step can save at least 20% runtime compared to dynamic routing\" (Fig. 4)"
 
 
-def hardware() -> str:
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads), torch {torch.__version__}"
+def hardware(device: str) -> str:
+    return f"{train.hardware(device)}, torch {torch.__version__}"
 
 
-def train_cell(dataset: str, routing: str, train_limit: int, epochs: int) -> dict:
+def train_cell(dataset: str, routing: str, train_limit: int, epochs: int, device: str) -> dict:
     """One reduced training run; the figures of its last epoch."""
     out = RUNS / f"{dataset}-{routing}"
     t0 = time.time()
     record = train.main(["--dataset", dataset, "--routing", routing, "--train-limit", str(train_limit),
                          "--epochs", str(epochs), "--batch-size", str(BATCH), "--val-size", str(VAL_SIZE),
-                         "--lr-decay", "0.9", "--device", "cpu", "--out", str(out)])
+                         "--lr-decay", "0.9", "--device", device, "--out", str(out)])
     return {
         "dataset": dataset, "routing": routing, "reduced": train_limit > 0 or epochs < 50,
         "train_images": train_limit, "epochs": epochs, "batch": BATCH,
@@ -60,18 +59,20 @@ def train_cell(dataset: str, routing: str, train_limit: int, epochs: int) -> dic
         "val_error_pct": 100 * (1 - record["val_acc"]),
         "train_images_per_s": record["train_images_per_s"], "step_seconds": record["step_seconds"],
         "wall_seconds": time.time() - t0, "parameters": CapsNet(CapsNetConfig(routing=routing)).num_params(),
-        "hardware": hardware(), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "hardware": hardware(device), "date": time.strftime("%Y-%m-%d %H:%M"),
     }
 
 
-def timing_cell(routing: str) -> dict:
+def timing_cell(routing: str, device: str) -> dict:
     """Median seconds of a full training step (forward, loss, backward, Adam, + qp's routing step)."""
     torch.manual_seed(0)
-    model = CapsNet(CapsNetConfig(routing=routing))
+    model = CapsNet(CapsNetConfig(routing=routing)).to(device)
     opt = torch.optim.Adam(model.parameters())
-    x, y = torch.rand(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
+    x, y = torch.rand(BATCH, 1, 28, 28, device=device), torch.randint(0, 10, (BATCH,), device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     times = []
     for i in range(TIMING_WARMUP + TIMING_STEPS):
+        sync()
         t0 = time.perf_counter()
         out = model(x, y)
         loss = model.loss(out, x, y)
@@ -80,11 +81,12 @@ def timing_cell(routing: str) -> dict:
         opt.step()
         if routing.startswith("qp"):
             model.digits.routing.ascend(out.votes.detach(), y, 1e-5)
+        sync()
         if i >= TIMING_WARMUP:
             times.append(time.perf_counter() - t0)
     step = sorted(times)[len(times) // 2]
     return {"routing": routing, "batch": BATCH, "median_step_seconds": step, "images_per_s": BATCH / step,
-            "steps": TIMING_STEPS, "hardware": hardware(), "date": time.strftime("%Y-%m-%d %H:%M")}
+            "steps": TIMING_STEPS, "hardware": hardware(device), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def render(results: dict) -> str:
@@ -137,18 +139,19 @@ def main(argv=None) -> dict:
     p.add_argument("--routings", nargs="+", choices=ROUTINGS, default=list(ROUTINGS))
     p.add_argument("--train-limit", type=int, default=TRAIN_LIMIT, help="0: the whole training split")
     p.add_argument("--epochs", type=int, default=EPOCHS)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--timing", action="store_true", help="only the per-step timing of --routings")
     p.add_argument("--report", action="store_true", help="only rewrite the markdown from the JSON")
     args = p.parse_args(argv)
     results = json.loads(OUT_JSON.read_text()) if OUT_JSON.exists() else {}
     if args.timing:
         for routing in args.routings:
-            results.setdefault("timing", {})[routing] = timing_cell(routing)
+            results.setdefault("timing", {})[routing] = timing_cell(routing, args.device)
             print(json.dumps(results["timing"][routing]))
     elif not args.report:
         for dataset in args.datasets:
             for routing in args.routings:
-                cell = train_cell(dataset, routing, args.train_limit, args.epochs)
+                cell = train_cell(dataset, routing, args.train_limit, args.epochs, args.device)
                 results.setdefault("cells", {})[f"{dataset}/{routing}"] = cell
                 print(json.dumps(cell))
     RESULTS.mkdir(parents=True, exist_ok=True)

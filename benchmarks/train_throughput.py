@@ -10,7 +10,6 @@ backward. A benchmark, not a test: it prints and saves numbers.
 """
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import dynamic_routing
+from training.train import hardware
 
 BATCH = 128
 WARMUP = 3
@@ -69,10 +69,8 @@ def bench_device(device: str, steps: int, amp: bool) -> dict:
         v.sum().backward()
 
     step = timed(train_step, device, steps)
-    name = torch.cuda.get_device_name() if device.startswith("cuda") else \
-        f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
     return {
-        "device": device, "hardware": name, "batch": BATCH, "amp_bf16": amp and device.startswith("cuda"),
+        "device": device, "hardware": hardware(device), "batch": BATCH, "amp_bf16": amp and device.startswith("cuda"),
         "train_step_ms": 1000 * step, "train_images_per_s": BATCH / step,
         "routing_forward_ms": 1000 * timed(routing_fwd, device, steps),
         "routing_forward_backward_ms": 1000 * timed(routing_fwd_bwd, device, steps),

@@ -125,6 +125,7 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
     history = ckpt.get("history", [])
     best = max(history, key=lambda h: h["val_acc"]) if history else {}
     dataset = ckpt.get("dataset", "mnist")
+    val_size = int(ckpt.get("args", {}).get("val_size", data.VAL_SIZE))  # runs before --val-size used the default
     card = {
         "name": f"capsnet-{dataset}",
         "version": sha256(capsnet_path)[:12],
@@ -137,7 +138,7 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "evaluated_with": "ONNX Runtime " + ",".join(result["providers"]) if result else None,
         "epochs": ckpt.get("epoch"),  # epochs trained into these weights
         "run_epochs": int(ckpt.get("args", {}).get("epochs", ckpt.get("epoch") or 0)),  # of the run
-        "selection": "the epoch with the best validation accuracy (5,000 held-out training images)",
+        "selection": f"the epoch with the best validation accuracy ({val_size:,} held-out training images)",
         "val_accuracy": best.get("val_acc"),
         "val_history": [round(h["val_acc"], 4) for h in history],
         "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
