@@ -5,11 +5,13 @@ that the serving path (app/, frontend/) can read it for free. Like timm's `_cfg`
 the model expects as input so nobody has to guess the preprocessing.
 """
 from pathlib import Path
+from typing import NamedTuple
 
 # --- input convention ----------------------------------------------------------------------------
 IMAGE_SIZE = 28  # MNIST: 28x28, one channel
 INK_BOX = 20  # LeCun's MNIST digits are fitted into 20x20 and centred by mass in 28x28
 PIXEL_RANGE = (0.0, 1.0)  # float32, white digit (1.0) on black (0.0)
+MULTIMNIST_SIZE = 36  # two MNIST digits, each shifted up to 4 px, overlaid (section 6)
 
 # --- network sizes (paper, section 4) ------------------------------------------------------------
 NUM_CLASSES = 10
@@ -38,21 +40,52 @@ CAPSNET_OUTPUTS = (LENGTHS, CAPSULES, ROUTING, RECONSTRUCTION, VOTE_LENGTHS)
 DECODER_INPUTS = (CAPSULES,)
 DECODER_OUTPUTS = (RECONSTRUCTION,)
 
-CAPSNET_SHAPES = {
-    IMAGE: (BATCH, 1, IMAGE_SIZE, IMAGE_SIZE),
-    LENGTHS: (BATCH, NUM_CLASSES),
-    CAPSULES: (BATCH, NUM_CLASSES, CAPSULE_DIM),
-    ROUTING: (BATCH, NUM_PRIMARY, NUM_CLASSES),
-    RECONSTRUCTION: (BATCH, IMAGE_SIZE, IMAGE_SIZE),
-    VOTE_LENGTHS: (BATCH, NUM_PRIMARY, NUM_CLASSES),
-}
-DECODER_SHAPES = {
-    CAPSULES: (BATCH, NUM_CLASSES, CAPSULE_DIM),
-    RECONSTRUCTION: (BATCH, IMAGE_SIZE, IMAGE_SIZE),
-}
+
+def capsnet_shapes(image_size: int = IMAGE_SIZE) -> dict[str, tuple]:
+    """The graph's shapes for a square input of image_size (28: MNIST, 36: MultiMNIST).
+
+    Primary capsules sit on the grid left by conv1 (9x9, stride 1) and PrimaryCaps (9x9, stride 2).
+    """
+    grid = (image_size - 8 - 9) // 2 + 1
+    primary = PRIMARY_TYPES * grid * grid
+    return {
+        IMAGE: (BATCH, 1, image_size, image_size),
+        LENGTHS: (BATCH, NUM_CLASSES),
+        CAPSULES: (BATCH, NUM_CLASSES, CAPSULE_DIM),
+        ROUTING: (BATCH, primary, NUM_CLASSES),
+        RECONSTRUCTION: (BATCH, image_size, image_size),
+        VOTE_LENGTHS: (BATCH, primary, NUM_CLASSES),
+    }
+
+
+CAPSNET_SHAPES = capsnet_shapes(IMAGE_SIZE)
+DECODER_SHAPES = {k: CAPSNET_SHAPES[k] for k in DECODER_INPUTS + DECODER_OUTPUTS}
 
 # --- shipped artefacts ---------------------------------------------------------------------------
 MODEL_DIR = Path(__file__).resolve().parent
 CAPSNET_ONNX = "capsnet.onnx"
 DECODER_ONNX = "decoder.onnx"
 MODEL_CARD = "capsnet.json"
+
+
+class ShippedModel(NamedTuple):
+    """One trained model in the repository: where its three files live and what it reads."""
+    dataset: str  # what it was trained on (training/data.py names, or an experiment's)
+    directory: Path  # holds CAPSNET_ONNX, DECODER_ONNX and MODEL_CARD
+    image_size: int
+
+    @property
+    def shapes(self) -> dict[str, tuple]:
+        return capsnet_shapes(self.image_size)
+
+    @property
+    def decoder_shapes(self) -> dict[str, tuple]:
+        return {k: self.shapes[k] for k in DECODER_INPUTS + DECODER_OUTPUTS}
+
+
+# The service serves "mnist"; the others come from the paper's experiments (docs/results.md).
+SHIPPED = {
+    "mnist": ShippedModel("mnist", MODEL_DIR, IMAGE_SIZE),
+    "fashion-mnist": ShippedModel("fashion-mnist", MODEL_DIR / "fashion-mnist", IMAGE_SIZE),
+    "multimnist": ShippedModel("multimnist", MODEL_DIR / "multimnist", MULTIMNIST_SIZE),
+}

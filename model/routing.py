@@ -87,6 +87,17 @@ def dynamic_routing(u_hat: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, 
     return v, c
 
 
+def routing_logit_changes(u_hat: torch.Tensor, iters: int = 10) -> torch.Tensor:
+    """Appendix A, Fig. A.1: the mean |delta b_ij| that each iteration of Procedure 1 adds to the logits.
+
+    Iteration k adds the agreement a_ij = u_hat_j|i . v_j, with v_j the output after k iterations;
+    the mean is over examples, children and parents. Returns (iters,), which for a trained network
+    falls about linearly in log scale (the paper's observation that routing converges).
+    """
+    return torch.stack([torch.einsum("bijd,bjd->bij", u_hat, dynamic_routing(u_hat, k)[0]).abs().mean()
+                        for k in range(1, iters + 1)])
+
+
 class DynamicRouting(nn.Module):
     """Procedure 1 behind the common interface; child activations are ignored (they are ||u_i||)."""
 

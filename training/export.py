@@ -1,6 +1,7 @@
 """Export a trained CapsNet to ONNX (model/capsnet.onnx, model/decoder.onnx) and write its model card.
 
 $ python -m training.export                                   # runs/mnist/best.pt -> model/
+$ python -m training.export --checkpoint runs/fashion-mnist/best.pt   # -> model/fashion-mnist/
 $ python -m training.export --checkpoint runs/x/best.pt --out-dir /tmp/m --no-evaluate
 
 Both graphs have a dynamic batch axis and the names of model/contract.py. Like timm's onnx_export,
@@ -125,12 +126,13 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
     history = ckpt.get("history", [])
     best = max(history, key=lambda h: h["val_acc"]) if history else {}
     dataset = ckpt.get("dataset", "mnist")
+    shapes = contract.capsnet_shapes(ckpt["config"]["image_size"])
     val_size = int(ckpt.get("args", {}).get("val_size", data.VAL_SIZE))  # runs before --val-size used the default
     card = {
         "name": f"capsnet-{dataset}",
         "version": sha256(capsnet_path)[:12],
         "dataset": dataset,
-        "dataset_sha256": data.CHECKSUMS[dataset],
+        "dataset_sha256": data.CHECKSUMS[ckpt.get("source", dataset)],  # MultiMNIST is made of MNIST
         "test_accuracy": result["accuracy"] if result else None,
         "test_errors": result["errors"] if result else None,
         "test_count": result["count"] if result else None,
@@ -150,8 +152,8 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "opset": OPSET,
         "parity_max_abs_diff": parity,
         "parity_batches": list(PARITY_BATCHES),
-        "inputs": {k: list(v) for k, v in contract.CAPSNET_SHAPES.items() if k in contract.CAPSNET_INPUTS},
-        "outputs": {k: list(v) for k, v in contract.CAPSNET_SHAPES.items() if k in contract.CAPSNET_OUTPUTS},
+        "inputs": {k: list(shapes[k]) for k in contract.CAPSNET_INPUTS},
+        "outputs": {k: list(shapes[k]) for k in contract.CAPSNET_OUTPUTS},
         "created": datetime.date.today().isoformat(),
     }
     return card
@@ -160,7 +162,8 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, default=Path("runs/mnist/best.pt"))
-    p.add_argument("--out-dir", type=Path, default=contract.MODEL_DIR)
+    p.add_argument("--out-dir", type=Path, default=None,
+                   help="default: the dataset's place in contract.SHIPPED (model/, model/fashion-mnist/)")
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files for parity and the card's accuracy")
     p.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                    help="skip the full test-set evaluation (the card's accuracy is then null)")
@@ -171,20 +174,21 @@ def main(argv=None) -> dict:
     model, ckpt = load_checkpoint(args.checkpoint)
     dataset = ckpt.get("dataset", "mnist")
     data_dir = args.data_dir or data.DEFAULT_DIRS[dataset]
+    out_dir = args.out_dir or contract.SHIPPED[dataset].directory
     test = data.load(data_dir)["test"]
     images, labels = test.images.numpy(), test.labels.numpy()
 
-    capsnet_path, decoder_path = export(model, args.out_dir)
+    capsnet_path, decoder_path = export(model, out_dir)
     parity = check_parity(model, capsnet_path, decoder_path, images)
     print(f"exported {capsnet_path} and {decoder_path}; parity max |ORT - PyTorch| = {parity:.2e}")
     result = evaluate_onnx(capsnet_path, images, labels) if args.evaluate else None
     if result:
         print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
     card = model_card(ckpt, capsnet_path, parity, result)
-    (args.out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     if args.triton:
         from training.triton import write_repository
-        print("Triton model repository:", *write_repository(args.triton, args.out_dir))
+        print("Triton model repository:", *write_repository(args.triton, out_dir))
     return card
 
 

@@ -1,0 +1,59 @@
+"""What the experiments share: the optimiser schedule, the paper's numbers and their result files.
+
+A result file (docs/results/<experiment>.json) holds one row per trained model: our number beside
+the paper's, with the setting, hardware, epochs, training images and wall time of the run, and
+whether the run was reduced (fewer images or epochs than the paper's). results.py renders them.
+"""
+import datetime
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS_DIR = REPO / "docs" / "results"
+
+
+def adam(model: torch.nn.Module, steps_per_epoch: int, lr: float = 1e-3, lr_decay: float = 0.9):
+    """Adam with the exponential decay of training/train.py: lr_decay per epoch, stepped per step."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    gamma = lr_decay ** (1 / max(1, steps_per_epoch))
+    return optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
+
+
+def steps(n_images: int, batch_size: int) -> int:
+    return math.ceil(n_images / batch_size)
+
+
+def command(prog: str, argv: list[str] | None) -> str:
+    """The command line that produced a result, for the table's provenance."""
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join(["python -m " + prog, *map(shlex.quote, args)])
+
+
+def relative(path: Path) -> str:
+    """path as the results show it: relative to the repository when inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def row(model: str, metric: str, ours: float, paper: float | None, *, epochs: float, train_images: int,
+        wall_seconds: float, reduced: bool, **extra) -> dict:
+    """One line of the results table. `ours` and `paper` are percentages in the same metric."""
+    return {"model": model, "metric": metric, "ours": round(ours, 2),
+            "paper": paper, "epochs": epochs, "train_images": train_images,
+            "wall_seconds": round(wall_seconds, 1), "reduced": reduced, **extra}
+
+
+def write_result(name: str, rows: list[dict], *, setting: str, paper_setting: str, hardware: str,
+                 command: str, out_dir: Path = RESULTS_DIR, **extra) -> Path:
+    """Write docs/results/<name>.json (what results.py turns into the table)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    record = {"experiment": name, "setting": setting, "paper_setting": paper_setting, "hardware": hardware,
+              "command": command, "created": datetime.date.today().isoformat(), "rows": rows, **extra}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
