@@ -207,7 +207,8 @@ def main(argv=None) -> dict:
             "train_loss": loss_sum.item() / seen, "train_acc": correct.item() / seen,
             "val_loss": val["loss"], "val_acc": val["accuracy"],
             "test_loss": test["loss"], "test_acc": test["accuracy"], "test_errors": test["errors"],
-            "epoch_seconds": epoch_seconds, "train_images": seen * world, "train_images_per_s": seen * world / epoch_seconds,
+            "epoch_seconds": epoch_seconds, "train_images": seen * world,
+            "train_images_per_s": seen * world / epoch_seconds,
             "step_seconds": epoch_seconds / steps_per_epoch,
         }
         history.append(record)

@@ -86,7 +86,8 @@ def test_cnn_baseline_has_pooling_dropout_and_about_the_capsnets_parameters():
 @pytest.mark.slow
 def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
     affine.main(["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "128", "--epochs", "1",
-                 "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path)])
+                 "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path),
+                 "--figure", str(tmp_path / "sets.png")])
     record = json.loads((tmp_path / "affine.json").read_text())
     assert [(r["model"], r["metric"].split(" test")[0]) for r in record["rows"]] == [
         ("CapsNet", "expanded MNIST"), ("CapsNet", "affNIST-like"),
@@ -95,3 +96,4 @@ def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
     assert all(r["reduced"] and 0 <= r["ours"] <= 100 and r["train_images"] == 128 for r in record["rows"])
     assert record["ranges"] == {"rotation_deg": affine.ROTATION, "shear": affine.SHEAR, "scale": list(affine.SCALE)}
     assert {p.name for p in (tmp_path / "run").iterdir()} == {"capsnet.pt", "cnn.pt"}
+    assert (tmp_path / "sets.png").stat().st_size > 5_000

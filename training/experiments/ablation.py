@@ -33,14 +33,8 @@ VARIANTS = {  # name: (routing iterations, reconstruction, paper)
 def train_argv(name: str, args: argparse.Namespace) -> list[str]:
     """The training/train.py command line of one variant: only the ablated switches differ."""
     iters, recon, _ = VARIANTS[name]
-    argv = ["--routing-iters", str(iters), "--epochs", str(args.epochs), "--lr-decay", str(args.lr_decay),
-            "--train-limit", str(args.train_limit), "--seed", str(args.seed), "--device", args.device,
-            "--out", str(args.out / name)]
-    if args.data_dir:
-        argv += ["--data-dir", str(args.data_dir)]
-    if args.val_size is not None:
-        argv += ["--val-size", str(args.val_size)]
-    return argv + ([] if recon else ["--no-reconstruction"])
+    return ["--routing-iters", str(iters), *common.train_argv(args), "--out", str(args.out / name),
+            *([] if recon else ["--no-reconstruction"])]
 
 
 @torch.no_grad()
@@ -71,20 +65,11 @@ def save_plot(curves: dict[str, list[float]], path: Path) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.experiments.ablation", description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=None)
-    p.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all)")
-    p.add_argument("--val-size", type=int, default=None)
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr-decay", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p = common.parser("ablation", __doc__, "ablation")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--max-iters", type=int, default=10, help="iterations of the convergence curve")
     p.add_argument("--curve-images", type=int, default=1000, help="test images the curve averages over")
-    p.add_argument("--out", type=Path, default=Path("runs/ablation"))
-    p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
-    p.add_argument("--figure", type=Path, default=common.REPO / "docs" / "experiments" / "routing_convergence.png")
+    common.figure_option(p, "routing_convergence.png")
     return p.parse_args(argv)
 
 
@@ -97,10 +82,11 @@ def main(argv=None) -> dict:
         ckpt = torch.load(args.out / name / "best.pt", map_location="cpu", weights_only=True)
         best = max(ckpt["history"], key=lambda h: h["val_acc"])
         iters, recon, paper = VARIANTS[name]
+        images = sum(h["train_images"] for h in ckpt["history"][:best["epoch"]])
         rows.append(common.row(f"CapsNet r={iters}, reconstruction {'on' if recon else 'off'}", "MNIST test error %",
-                               100 * (1 - best["test_acc"]), paper, epochs=best["epoch"],
-                               train_images=sum(h["train_images"] for h in ckpt["history"][:best["epoch"]]), wall_seconds=ckpt["train_seconds"],
-                               reduced=args.epochs < 50 or bool(args.train_limit), variant=name))
+                               100 * (1 - best["test_acc"]), paper, epochs=best["epoch"], train_images=images,
+                               wall_seconds=ckpt["train_seconds"], reduced=args.epochs < 50 or bool(args.train_limit),
+                               variant=name))
 
     test = data.load(args.data_dir or data.DEFAULT_DIRS["mnist"])["test"]
     images = test.images[:args.curve_images].to(args.device)
@@ -109,8 +95,8 @@ def main(argv=None) -> dict:
     save_plot(curves, args.figure)
     common.write_result(
         "ablation", rows,
-        setting=f"{args.epochs} epoch(s) on {'the first ' + format(args.train_limit, ',') if args.train_limit else 'all'} "
-                f"training images, ±2 px shifts, one seed; best epoch on validation",
+        setting=f"{args.epochs} epoch(s) on {f'the first {args.train_limit:,}' if args.train_limit else 'all'} "
+                "training images, ±2 px shifts, one seed; best epoch on validation",
         paper_setting="MNIST, ±2 px shifts, mean of 3 trials (Table 1)",
         hardware=hardware, command=common.command("training.experiments.ablation", argv),
         out_dir=args.results_dir, convergence={"images": len(images), "curves": curves},

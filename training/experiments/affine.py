@@ -16,10 +16,10 @@ same order. Tests, each generated once from the 10,000 MNIST test digits with a 
     on the package registries). The paper: CapsNet 79%, CNN 66%.
 The CNN baseline (BaselineCNN) has max-pooling and dropout and about as many parameters as the
 40x40 CapsNet without its decoder; both are trained for the same images and selected on a validation
-set of translated MNIST. Writes runs/affine/*.pt and docs/results/affine.json.
+set of translated MNIST. Writes runs/affine/*.pt, docs/results/affine.json and
+docs/experiments/affine_test_sets.png (the first images of both test sets).
 """
 import argparse
-import math
 import sys
 import time
 from dataclasses import asdict
@@ -144,6 +144,24 @@ def test_sets(test: data.Split, seed: int, batch_size: int = 1000) -> dict[str, 
     return {"expanded MNIST": translated, "affNIST-like": affine}
 
 
+def save_samples(tests: dict[str, torch.Tensor], path: Path, n: int = 10) -> None:
+    """The first n images of each test set, one row per set: what the two accuracies are measured on."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(tests), n, figsize=(1.2 * n, 1.4 * len(tests)))
+    for row, (name, images) in zip(axes, tests.items()):
+        for ax, image in zip(row, images[:n, 0].cpu()):
+            ax.imshow(image, cmap="gray", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].set_ylabel(name, fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Class scores of either model: CapsNet capsule lengths or CNN logits."""
     return model.forward_features(x)[1] if isinstance(model, CapsNet) else model(x)
@@ -200,29 +218,17 @@ def fit(model: nn.Module, name: str, splits: dict, args: argparse.Namespace) -> 
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.experiments.affine", description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=None)
-    p.add_argument("--train-limit", type=int, default=0)
-    p.add_argument("--val-size", type=int, default=data.VAL_SIZE)
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--lr-decay", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--test-seed", type=int, default=2017)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", type=Path, default=Path("runs/affine"))
-    p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
+    p = common.parser("affine", __doc__, "affine")
+    p.add_argument("--test-seed", type=int, default=2017, help="seed of the two generated test sets")
+    common.figure_option(p, "affine_test_sets.png")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    splits = data.load(args.data_dir or data.fetch("mnist"), val_size=args.val_size)
-    if args.train_limit:
-        splits["train"] = data.Split(splits["train"].images[:args.train_limit], splits["train"].labels[:args.train_limit])
-    splits = {k: v.to(args.device) for k, v in splits.items()}
+    splits = common.load_splits(args)
     tests = test_sets(splits["test"], args.test_seed)
+    save_samples(tests, args.figure)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, model in (("CapsNet", CapsNet(CapsNetConfig(image_size=CANVAS))), ("CNN baseline", BaselineCNN())):
@@ -238,19 +244,20 @@ def main(argv=None) -> dict:
             ckpt["config"] = asdict(model.config)
         torch.save(ckpt, args.out / f"{name.split()[0].lower()}.pt")
         mnist, affnist = PAPER[name]
-        common_fields = dict(epochs=run["epoch"], train_images=run["train_images"], wall_seconds=run["train_seconds"],
-                             reduced=args.epochs < 30 or bool(args.train_limit), parameters=params)
-        rows.append(common.row(f"{name}", "expanded MNIST test accuracy %", acc["expanded MNIST"], mnist, **common_fields))
-        rows.append(common.row(f"{name}", "affNIST-like test accuracy %", acc["affNIST-like"], affnist, **common_fields))
+        run_fields = dict(epochs=run["epoch"], train_images=run["train_images"], wall_seconds=run["train_seconds"],
+                          reduced=args.epochs < 30 or bool(args.train_limit), parameters=params)
+        rows.append(common.row(name, "expanded MNIST test accuracy %", acc["expanded MNIST"], mnist, **run_fields))
+        rows.append(common.row(name, "affNIST-like test accuracy %", acc["affNIST-like"], affnist, **run_fields))
     common.write_result(
         "affine", rows,
-        setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best of {args.epochs} "
-                f"epoch(s) on translated validation; test: 10,000 MNIST test digits, translated / affine "
+        setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best of "
+                f"{args.epochs} epoch(s) on translated validation; test: 10,000 MNIST test digits, translated / affine "
                 f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, translation in "
                 f"the box), seed {args.test_seed}",
         paper_setting="padded and translated 40x40 MNIST, early stopping; test on affNIST",
         hardware=hardware(args.device), command=common.command("training.experiments.affine", argv),
-        out_dir=args.results_dir, ranges={"rotation_deg": ROTATION, "shear": SHEAR, "scale": list(SCALE)},
+        out_dir=args.results_dir, figure=common.relative(args.figure),
+        ranges={"rotation_deg": ROTATION, "shear": SHEAR, "scale": list(SCALE)},
     )
     return {"rows": rows}
 

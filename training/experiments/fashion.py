@@ -24,27 +24,15 @@ PAPER_EPOCHS = 50  # what we call a full run; the paper gives iterations with de
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.experiments.fashion", description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=None)
-    p.add_argument("--train-limit", type=int, default=0)
-    p.add_argument("--val-size", type=int, default=data.VAL_SIZE)
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr-decay", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", type=Path, default=Path("runs/fashion-mnist"))
+    p = common.parser("fashion", __doc__, "fashion-mnist")
     p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["fashion-mnist"].directory)
-    p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    data_dir = args.data_dir or data.fetch("fashion-mnist")
-    train_argv = ["--dataset", "fashion-mnist", "--data-dir", str(data_dir), "--epochs", str(args.epochs),
-                  "--lr-decay", str(args.lr_decay), "--train-limit", str(args.train_limit),
-                  "--val-size", str(args.val_size), "--seed", str(args.seed), "--device", args.device,
-                  "--out", str(args.out)]
+    data_dir = args.data_dir = args.data_dir or data.fetch("fashion-mnist")
+    train_argv = ["--dataset", "fashion-mnist", *common.train_argv(args), "--out", str(args.out)]
     train.main(train_argv + (["--resume"] if (args.out / "last.pt").exists() else []))
     card = export.main(["--checkpoint", str(args.out / "best.pt"), "--data-dir", str(data_dir),
                         "--out-dir", str(args.model_dir)])

@@ -21,7 +21,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -174,24 +173,12 @@ def export_shipped(model: CapsNet, ckpt: dict, test: data.Split, out_dir: Path, 
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.experiments.multimnist",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=None, help="MNIST IDX files (default data/mnist)")
-    p.add_argument("--train-limit", type=int, default=0, help="pair only the first N training digits")
-    p.add_argument("--val-size", type=int, default=data.VAL_SIZE)
-    p.add_argument("--epochs", type=int, default=10, help="passes pairing every training digit once")
+    p = common.parser("multimnist", __doc__, "multimnist")
     p.add_argument("--test-pairs", type=int, default=1, help="pairs per test digit (paper: 1,000)")
     p.add_argument("--routing-iters", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--lr-decay", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", type=Path, default=Path("runs/multimnist"))
     p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["multimnist"].directory,
                    help="where the best checkpoint is exported")
-    p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
-    p.add_argument("--figure", type=Path, default=common.REPO / "docs" / "experiments" / "multimnist_fig5.png")
+    common.figure_option(p, "multimnist_fig5.png")
     return p.parse_args(argv)
 
 
@@ -199,10 +186,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     device = args.device
-    splits = data.load(args.data_dir or data.fetch("mnist"), val_size=args.val_size)
-    if args.train_limit:
-        splits["train"] = data.Split(splits["train"].images[:args.train_limit], splits["train"].labels[:args.train_limit])
-    splits = {k: v.to(device) for k, v in splits.items()}
+    splits = common.load_splits(args)
     train = splits["train"]
     config = CapsNetConfig(image_size=contract.MULTIMNIST_SIZE, routing_iters=args.routing_iters)
     model = CapsNet(config).to(device)
@@ -249,8 +233,9 @@ def main(argv=None) -> dict:
     card = export_shipped(model.cpu(), ckpt, splits["test"].to("cpu"), args.model_dir, args.test_pairs, args.seed + 2)
     reduced = args.epochs * len(train) < 60_000_000 or args.test_pairs < 1000
     rows = [common.row("CapsNet r=3 + reconstruction", "test error % (both labels)", test["error"], PAPER_ERROR,
-                       epochs=ckpt["epoch"], train_images=ckpt["epoch"] * len(train), wall_seconds=ckpt["train_seconds"],
-                       reduced=reduced, onnx_error=round(100 * (1 - card["test_accuracy"]), 2))]
+                       epochs=ckpt["epoch"], train_images=ckpt["epoch"] * len(train),
+                       wall_seconds=ckpt["train_seconds"], reduced=reduced,
+                       onnx_error=round(100 * (1 - card["test_accuracy"]), 2))]
     common.write_result(
         "multimnist", rows,
         setting=f"{ckpt['epoch']} epoch(s) of {len(train):,} training digits each paired once with fresh "

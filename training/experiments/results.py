@@ -71,7 +71,8 @@ def render_doc(records: list[dict]) -> str:
             parts += ["", f"Mean |Δb_ij| per routing iteration on {conv['images']:,} test images (Fig. A.1):", "",
                       "| network | " + " | ".join(str(i) for i in range(1, iters + 1)) + " |",
                       "|---|" + "---:|" * iters]
-            parts += [f"| {label} | " + " | ".join(f"{v:.3g}" for v in ys) + " |" for label, ys in conv["curves"].items()]
+            parts += [f"| {label} | " + " | ".join(f"{v:.3g}" for v in ys) + " |"
+                      for label, ys in conv["curves"].items()]
         if "model_card" in rec:
             parts += ["", f"Shipped model and card: `{Path(rec['model_card']).parent}/`"]
     return "\n".join(parts) + "\n"
