@@ -1,6 +1,6 @@
 """Fashion-MNIST with dynamic routing (the QP-routing paper's Table II: 7.21% test error), shipped.
 
-$ python -m training.experiments.fashion --epochs 2                 # reduced, CPU-sized
+$ python -m training.experiments.fashion --epochs 4                 # reduced, CPU-sized
 $ python -m training.experiments.fashion --epochs 50 --lr-decay 0.99
 
 Trains with training/train.py on data/fashion-mnist (fetched if missing; same architecture, ±2 px
