@@ -232,8 +232,8 @@ def main(argv=None) -> dict:
     save_figure(model, splits["test"], args.figure, seed=args.seed + 2)
     card = export_shipped(model.cpu(), ckpt, splits["test"].to("cpu"), args.model_dir, args.test_pairs, args.seed + 2)
     reduced = args.epochs * len(train) < 60_000_000 or args.test_pairs < 1000
-    rows = [common.row(f"CapsNet r={args.routing_iters} + reconstruction", "test error % (both labels)", test["error"], PAPER_ERROR,
-                       epochs=ckpt["epoch"], train_images=ckpt["epoch"] * len(train),
+    rows = [common.row(f"CapsNet r={args.routing_iters} + reconstruction", "test error % (both labels)",
+                       test["error"], PAPER_ERROR, epochs=ckpt["epoch"], train_images=ckpt["epoch"] * len(train),
                        wall_seconds=ckpt["train_seconds"], reduced=reduced,
                        onnx_error=round(100 * (1 - card["test_accuracy"]), 2))]
     common.write_result(
