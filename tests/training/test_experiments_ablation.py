@@ -13,7 +13,7 @@ from training.experiments import ablation
 
 def model_of(variant: str, tmp_path) -> CapsNet:
     """The network training/train.py builds from the variant's command line."""
-    args = train.parse_args(ablation.train_argv(variant, ablation.parse_args(["--out", str(tmp_path)])))
+    args = train.parse_args(ablation.train_argv(variant, ablation.parse_args(["--out", str(tmp_path)]), seed=0))
     return CapsNet(CapsNetConfig(routing_iters=args.routing_iters, reconstruction=args.reconstruction))
 
 
@@ -30,10 +30,11 @@ def test_variant_switches_change_routing_and_decoder_only(variant, iters, decode
     y = torch.tensor([3, 4])
     expected = margin_loss(out.lengths, y) + (0.0005 * reconstruction_loss(out.reconstruction, x) if decoder else 0)
     assert torch.allclose(model.loss(out, x, y), expected)
-    argv = ablation.train_argv(variant, ablation.parse_args([]))
-    other = ablation.train_argv("r3-recon", ablation.parse_args([]))
+    argv = ablation.train_argv(variant, ablation.parse_args([]), seed=1)
+    other = ablation.train_argv("r3-recon", ablation.parse_args([]), seed=1)
     diff = set(argv) ^ set(other)
-    assert diff <= {"1", "3", "--no-reconstruction", f"runs/ablation/{variant}", "runs/ablation/r3-recon"}
+    assert diff <= {"1", "3", "--no-reconstruction", f"runs/ablation/{variant}/seed1", "runs/ablation/r3-recon/seed1"}
+    assert train.parse_args(argv).seed == 1
 
 
 def test_one_iteration_has_uniform_couplings_and_three_differ():
@@ -60,15 +61,22 @@ def test_routing_logit_changes_are_the_agreements_added_per_iteration():
 
 @pytest.mark.slow
 def test_cli_trains_four_variants_and_plots_convergence(idx_dir, tmp_path):
-    result = ablation.main(["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--epochs", "1",
-                            "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path),
-                            "--figure", str(tmp_path / "conv.png"), "--max-iters", "4", "--curve-images", "20"])
+    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--epochs", "1",
+            "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path),
+            "--figure", str(tmp_path / "conv.png"), "--max-iters", "4", "--curve-images", "20"]
+    ablation.main(argv + ["--seeds", "0"])
+    first = (tmp_path / "runs" / "r3-recon" / "seed0" / "best.pt").stat().st_mtime_ns
+    result = ablation.main(argv + ["--seeds", "0", "1"])  # seed 0 is kept, seed 1 is trained
+    assert (tmp_path / "runs" / "r3-recon" / "seed0" / "best.pt").stat().st_mtime_ns == first
     record = json.loads((tmp_path / "ablation.json").read_text())
     assert [r["variant"] for r in record["rows"]] == list(ablation.VARIANTS)
     assert [r["paper"] for r in record["rows"]] == [0.34, 0.29, 0.35, 0.25]
     assert all(r["reduced"] and r["train_images"] == 64 for r in record["rows"])
+    for r in record["rows"]:  # two trials each: the row is their mean, with their sample std
+        assert len(r["trials"]) == 2 and r["ours"] == pytest.approx(sum(r["trials"]) / 2, abs=0.011)
+        assert r["std"] == pytest.approx(abs(r["trials"][0] - r["trials"][1]) / 2 ** 0.5, abs=0.011)
     assert set(record["convergence"]["curves"]) == {"trained with r=3", "trained with r=1"}
     assert all(len(c) == 4 for c in result["curves"].values())
     assert (tmp_path / "conv.png").stat().st_size > 5_000
-    ckpt = torch.load(tmp_path / "runs" / "r1-no-recon" / "best.pt", weights_only=True)
+    ckpt = torch.load(tmp_path / "runs" / "r1-no-recon" / "seed1" / "best.pt", weights_only=True)
     assert ckpt["config"]["reconstruction"] is False and ckpt["config"]["routing_iters"] == 1

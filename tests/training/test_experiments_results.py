@@ -18,7 +18,8 @@ def test_every_row_of_every_result_is_in_the_table_with_its_numbers():
     for rec in records:
         assert rec["command"] in doc
         for row in rec["rows"]:
-            matches = [line for line in lines if f"| {row['model']} | {row['metric']} | {row['ours']:.2f} |" in line]
+            ours = f"{row['ours']:.2f}" + (f" ± {row['std']:.2f}" if row.get("std") is not None else "")
+            matches = [line for line in lines if f"| {row['model']} | {row['metric']} | {ours} |" in line]
             assert len(matches) == 1, (rec["experiment"], row)
             assert ("| reduced |" in matches[0]) == row["reduced"] and rec["hardware"] in matches[0]
 
@@ -37,3 +38,7 @@ def test_a_changed_number_makes_the_table_stale_and_is_rewritten(tmp_path):
     results.main(argv)
     assert "| 12.34 |" in (tmp_path / "results.md").read_text()
     assert "| 12.34 |" in (tmp_path / "README.md").read_text()
+    record["rows"][0]["std"] = 0.056  # several trials: mean ± sample std
+    path.write_text(json.dumps(record))
+    results.main(argv)
+    assert "| 12.34 ± 0.06 |" in (tmp_path / "results.md").read_text()

@@ -4,8 +4,9 @@ routing-logit convergence curve.
 $ python -m training.experiments.ablation --train-limit 15000 --epochs 1    # reduced, CPU-sized
 $ python -m training.experiments.ablation --epochs 50 --lr-decay 0.99       # toward the paper's setting
 
-Trains the four CapsNets of Table 1 with training/train.py (same data, seed and schedule; only
---routing-iters and --no-reconstruction differ), then measures on test images, for the trained r=3
+Trains the four CapsNets of Table 1 with training/train.py, one trial per --seeds (same data and
+schedule; only --routing-iters and --no-reconstruction differ), reports each variant's mean test error
+and its spread over the trials as Table 1 does, then measures on test images, for the trained r=3
 and r=1 networks, the mean |delta b_ij| that each routing iteration adds (routing.routing_logit_changes)
 for 1..--max-iters iterations: the curve of Fig. A.1. Writes runs/ablation/<variant>/,
 docs/results/ablation.json and docs/experiments/routing_convergence.png.
@@ -30,11 +31,16 @@ VARIANTS = {  # name: (routing iterations, reconstruction, paper)
 }
 
 
-def train_argv(name: str, args: argparse.Namespace) -> list[str]:
-    """The training/train.py command line of one variant: only the ablated switches differ."""
+def run_dir(args: argparse.Namespace, name: str, seed: int) -> Path:
+    return args.out / name / f"seed{seed}"
+
+
+def train_argv(name: str, args: argparse.Namespace, seed: int) -> list[str]:
+    """The training/train.py command line of one variant and seed: only the ablated switches differ
+    between variants (and --seed, which sets the initialisation and the data order, between trials)."""
     iters, recon, _ = VARIANTS[name]
-    return ["--routing-iters", str(iters), *common.train_argv(args), "--out", str(args.out / name),
-            *([] if recon else ["--no-reconstruction"])]
+    return ["--routing-iters", str(iters), *common.train_argv(args, seed),
+            "--out", str(run_dir(args, name, seed)), *([] if recon else ["--no-reconstruction"])]
 
 
 @torch.no_grad()
@@ -67,6 +73,8 @@ def save_plot(curves: dict[str, list[float]], path: Path) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("ablation", __doc__, "ablation")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
+                   help="one trial per seed; the table shows their mean and standard deviation (paper: 3 trials)")
     p.add_argument("--max-iters", type=int, default=10, help="iterations of the convergence curve")
     p.add_argument("--curve-images", type=int, default=1000, help="test images the curve averages over")
     common.figure_option(p, "routing_convergence.png")
@@ -77,26 +85,37 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     rows, hardware = [], train.hardware(args.device)
     for name in args.variants:
-        print(f"--- {name}")
-        train.main(train_argv(name, args))
-        ckpt = torch.load(args.out / name / "best.pt", map_location="cpu", weights_only=True)
-        best = max(ckpt["history"], key=lambda h: h["val_acc"])
+        errors, seconds = [], []
+        for seed in args.seeds:
+            print(f"--- {name}, seed {seed}")
+            # a trial that has its epochs is only read back (train.py --resume), so runs can be extended by seed
+            resume = ["--resume"] if (run_dir(args, name, seed) / "last.pt").exists() else []
+            train.main(train_argv(name, args, seed) + resume)
+            ckpt = torch.load(run_dir(args, name, seed) / "best.pt", map_location="cpu", weights_only=True)
+            best = max(ckpt["history"], key=lambda h: h["val_acc"])
+            errors.append(100 * (1 - best["test_acc"]))
+            seconds.append(ckpt["train_seconds"])
         iters, recon, paper = VARIANTS[name]
         images = sum(h["train_images"] for h in ckpt["history"][:best["epoch"]])
+        spread = torch.tensor(errors).std().item() if len(errors) > 1 else None  # sample std, as for Table 1
         rows.append(common.row(f"CapsNet r={iters}, reconstruction {'on' if recon else 'off'}", "MNIST test error %",
-                               100 * (1 - best["test_acc"]), paper, epochs=best["epoch"], train_images=images,
-                               wall_seconds=ckpt["train_seconds"], reduced=args.epochs < 50 or bool(args.train_limit),
-                               variant=name))
+                               sum(errors) / len(errors), paper, epochs=best["epoch"], train_images=images,
+                               wall_seconds=sum(seconds) / len(seconds), variant=name,
+                               reduced=args.epochs < 50 or bool(args.train_limit),
+                               std=None if spread is None else round(spread, 3),
+                               trials=[round(e, 2) for e in errors]))
 
     test = data.load(args.data_dir or data.DEFAULT_DIRS["mnist"])["test"]
     images = test.images[:args.curve_images].to(args.device)
-    curves = {f"trained with r={VARIANTS[n][0]}": logit_changes(args.out / n / "best.pt", images, args.max_iters)
+    curves = {f"trained with r={VARIANTS[n][0]}": logit_changes(run_dir(args, n, args.seeds[0]) / "best.pt", images,
+                                                                 args.max_iters)
               for n in ("r3-recon", "r1-recon") if n in args.variants}
     save_plot(curves, args.figure)
     common.write_result(
         "ablation", rows,
         setting=f"{args.epochs} epoch(s) on {f'the first {args.train_limit:,}' if args.train_limit else 'all'} "
-                "training images, ±2 px shifts, one seed; best epoch on validation",
+                f"training images, ±2 px shifts; {len(args.seeds)} trial(s) (seeds {', '.join(map(str, args.seeds))}): "
+                "mean test error of each trial's best epoch on validation ± sample std; wall time per trial",
         paper_setting="MNIST, ±2 px shifts, mean of 3 trials (Table 1)",
         hardware=hardware, command=common.command("training.experiments.ablation", argv),
         out_dir=args.results_dir, convergence={"images": len(images), "curves": curves},

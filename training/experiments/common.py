@@ -50,11 +50,11 @@ def load_splits(args: argparse.Namespace, dataset: str = "mnist") -> dict[str, d
     return {k: v.to(args.device) for k, v in splits.items()}
 
 
-def train_argv(args: argparse.Namespace) -> list[str]:
+def train_argv(args: argparse.Namespace, seed: int | None = None) -> list[str]:
     """The shared options as training/train.py's command line (the experiments that reuse it)."""
     argv = ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
             "--lr-decay", str(args.lr_decay), "--train-limit", str(args.train_limit), "--val-size", str(args.val_size),
-            "--seed", str(args.seed), "--device", args.device]
+            "--seed", str(args.seed if seed is None else seed), "--device", args.device]
     return argv + (["--data-dir", str(args.data_dir)] if args.data_dir else [])
 
 

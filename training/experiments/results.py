@@ -31,6 +31,12 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def cell(row: dict) -> str:
+    """Our number, with its spread over trials where there were several (Table 1's mean ± std)."""
+    std = row.get("std")
+    return f"{row['ours']:.2f}" + ("" if std is None else f" ± {std:.2f}")
+
+
 def table(records: list[dict], link: str = "") -> str:
     """One markdown row per trained model; `link` prefixes the experiment's anchor (README -> docs)."""
     lines = [HEADER]
@@ -39,7 +45,7 @@ def table(records: list[dict], link: str = "") -> str:
         title = TITLES.get(name, name)
         for r in rec["rows"]:
             paper = "—" if r["paper"] is None else f"{r['paper']:g}"
-            lines.append(f"| [{title}]({link}#{name}) | {r['model']} | {r['metric']} | {r['ours']:.2f} | {paper} | "
+            lines.append(f"| [{title}]({link}#{name}) | {r['model']} | {r['metric']} | {cell(r)} | {paper} | "
                          f"{'reduced' if r['reduced'] else 'full'} | {r['epochs']} | {r['train_images']:,} | "
                          f"{duration(r['wall_seconds'])} | {rec['hardware']} |")
     return "\n".join(lines)
