@@ -192,8 +192,7 @@ class CapsNetConfig:
 
     @property
     def primary_grid(self) -> int:
-        after_conv1 = self.image_size - 8  # 9x9, stride 1
-        return (after_conv1 - 9) // 2 + 1  # 9x9, stride 2
+        return contract.primary_grid(self.image_size)
 
     @property
     def num_primary(self) -> int:

@@ -41,13 +41,15 @@ DECODER_INPUTS = (CAPSULES,)
 DECODER_OUTPUTS = (RECONSTRUCTION,)
 
 
-def capsnet_shapes(image_size: int = IMAGE_SIZE) -> dict[str, tuple]:
-    """The graph's shapes for a square input of image_size (28: MNIST, 36: MultiMNIST).
+def primary_grid(image_size: int) -> int:
+    """Side of the primary capsules' grid: what conv1 (9x9, stride 1) and PrimaryCaps (9x9, stride 2)
+    leave of a square input (28 -> 6, 36 -> 10, 40 -> 12)."""
+    return (image_size - 8 - 9) // 2 + 1
 
-    Primary capsules sit on the grid left by conv1 (9x9, stride 1) and PrimaryCaps (9x9, stride 2).
-    """
-    grid = (image_size - 8 - 9) // 2 + 1
-    primary = PRIMARY_TYPES * grid * grid
+
+def capsnet_shapes(image_size: int = IMAGE_SIZE) -> dict[str, tuple]:
+    """The graph's shapes for a square input of image_size (28: MNIST, 36: MultiMNIST)."""
+    primary = PRIMARY_TYPES * primary_grid(image_size) ** 2
     return {
         IMAGE: (BATCH, 1, image_size, image_size),
         LENGTHS: (BATCH, NUM_CLASSES),
@@ -70,7 +72,6 @@ MODEL_CARD = "capsnet.json"
 
 class ShippedModel(NamedTuple):
     """One trained model in the repository: where its three files live and what it reads."""
-    dataset: str  # what it was trained on (training/data.py names, or an experiment's)
     directory: Path  # holds CAPSNET_ONNX, DECODER_ONNX and MODEL_CARD
     image_size: int
 
@@ -78,14 +79,11 @@ class ShippedModel(NamedTuple):
     def shapes(self) -> dict[str, tuple]:
         return capsnet_shapes(self.image_size)
 
-    @property
-    def decoder_shapes(self) -> dict[str, tuple]:
-        return {k: self.shapes[k] for k in DECODER_INPUTS + DECODER_OUTPUTS}
 
-
-# The service serves "mnist"; the others come from the paper's experiments (docs/results.md).
+# Keyed by the dataset each was trained on. The service serves "mnist"; the others come from the
+# paper's experiments (docs/results.md).
 SHIPPED = {
-    "mnist": ShippedModel("mnist", MODEL_DIR, IMAGE_SIZE),
-    "fashion-mnist": ShippedModel("fashion-mnist", MODEL_DIR / "fashion-mnist", IMAGE_SIZE),
-    "multimnist": ShippedModel("multimnist", MODEL_DIR / "multimnist", MULTIMNIST_SIZE),
+    "mnist": ShippedModel(MODEL_DIR, IMAGE_SIZE),
+    "fashion-mnist": ShippedModel(MODEL_DIR / "fashion-mnist", IMAGE_SIZE),
+    "multimnist": ShippedModel(MODEL_DIR / "multimnist", MULTIMNIST_SIZE),
 }

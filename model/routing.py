@@ -91,8 +91,9 @@ def routing_logit_changes(u_hat: torch.Tensor, iters: int = 10) -> torch.Tensor:
     """Appendix A, Fig. A.1: the mean |delta b_ij| that each iteration of Procedure 1 adds to the logits.
 
     Iteration k adds the agreement a_ij = u_hat_j|i . v_j, with v_j the output after k iterations;
-    the mean is over examples, children and parents. Returns (iters,), which for a trained network
-    falls about linearly in log scale (the paper's observation that routing converges).
+    the mean is over examples, children and parents. Returns (iters,). The paper reports it falling
+    about linearly in log scale after 500 epochs; our briefly trained networks' curve rises slowly
+    (docs/results.md).
     """
     return torch.stack([torch.einsum("bijd,bjd->bij", u_hat, dynamic_routing(u_hat, k)[0]).abs().mean()
                         for k in range(1, iters + 1)])

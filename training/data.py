@@ -179,13 +179,13 @@ def random_shift(x: torch.Tensor, max_shift: int = 2, generator: torch.Generator
     return out.permute(0, 3, 1, 2).contiguous()
 
 
-def place(digits: torch.Tensor, shifts: torch.Tensor, size: int) -> torch.Tensor:
+def place(digits: torch.Tensor, shifts: torch.Tensor, size: int, max_shift: int) -> torch.Tensor:
     """Put digits (B, h, w) at the centre of a size x size canvas, moved by shifts (B, 2) = (dy, dx)
-    pixels; one gather for the batch. The canvas must hold the shift, (size - h) / 2 >= |shift|, so
-    no ink is cut (MultiMNIST's 36x36 holds +-4 px, the affine experiment's 40x40 holds +-6 px)."""
+    pixels with |shift| <= max_shift; one gather for the batch. The canvas must hold the shift,
+    (size - h) / 2 >= max_shift, so no ink is cut (MultiMNIST's 36x36 holds +-4 px, the affine
+    experiment's 40x40 +-6 px). The bound is the caller's, not read from shifts: no device sync."""
     B, h, w = digits.shape
-    m = int(shifts.abs().max()) if shifts.numel() else 0
-    pad = (size - h) // 2
+    m, pad = max_shift, (size - h) // 2
     if m > pad:
         raise ValueError(f"a {size}x{size} canvas holds shifts up to {pad} px, got {m}")
     canvas = torch.nn.functional.pad(digits, (pad + m,) * 4)  # (B, size + 2m, size + 2m)

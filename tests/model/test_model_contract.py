@@ -19,10 +19,14 @@ def test_names_and_shapes_are_consistent():
 
 
 def test_shapes_follow_the_input_size_as_the_network_does():
-    from model.capsnet import CapsNetConfig
+    import torch
+
+    from model.capsnet import CapsNet, CapsNetConfig
     for size in (28, 36, 40):
         shapes = contract.capsnet_shapes(size)
-        assert shapes[contract.ROUTING][1] == CapsNetConfig(image_size=size).num_primary
+        with torch.no_grad():  # the convolutions themselves, not the formula, give the grid
+            primary = CapsNet(CapsNetConfig(image_size=size)).primary(torch.zeros(1, 256, size - 8, size - 8))
+        assert shapes[contract.ROUTING][1] == primary.shape[1]
         assert shapes[contract.IMAGE] == (contract.BATCH, 1, size, size)
         assert shapes[contract.RECONSTRUCTION] == (contract.BATCH, size, size)
     assert contract.capsnet_shapes(36)[contract.VOTE_LENGTHS] == (contract.BATCH, 3200, 10)  # 32 x 10 x 10
@@ -34,4 +38,4 @@ def test_each_shipped_model_has_its_own_directory_and_the_served_one_is_mnist():
     assert contract.SHIPPED["mnist"].directory == contract.MODEL_DIR
     assert contract.SHIPPED["mnist"].shapes == contract.CAPSNET_SHAPES
     assert contract.SHIPPED["multimnist"].image_size == contract.MULTIMNIST_SIZE == 36
-    assert contract.SHIPPED["multimnist"].decoder_shapes[contract.RECONSTRUCTION] == (contract.BATCH, 36, 36)
+    assert contract.SHIPPED["multimnist"].shapes[contract.RECONSTRUCTION] == (contract.BATCH, 36, 36)

@@ -47,7 +47,7 @@ def test_affine_map_moves_the_ink_as_its_parameters_say(digits):
     """Bilinear resampling keeps the ink (scaled by the area factor sx * sy), nothing is cut at the
     border, and the centre of mass lands at A c + t: the parameters describe the image."""
     x, p = affine.affnist_like(digits, torch.Generator().manual_seed(0))
-    src = data.place(data.to_float(digits).squeeze(1), torch.zeros(len(digits), 2, dtype=torch.long), 40)
+    src = data.place(data.to_float(digits).squeeze(1), torch.zeros(len(digits), 2, dtype=torch.long), 40, 0)
     area = p.scale_x * p.scale_y
     assert torch.allclose(x.sum((1, 2, 3)), src.sum((1, 2)) * area, rtol=0.02)
     a = torch.deg2rad(p.rotation)

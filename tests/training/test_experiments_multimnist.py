@@ -45,8 +45,8 @@ def test_pairs_have_two_classes_from_the_split_shifted_within_bounds(split):
     # each part is its digit, whole (no ink cut), at its shift: the centre of mass moves by exactly the shift
     digits = data.to_float(split.images[:200]).squeeze(1)
     assert torch.allclose(p.parts[:, 0].sum((1, 2)), digits.sum((1, 2)))
-    centred = data.place(digits, torch.zeros(200, 2, dtype=torch.long), 36)
-    assert torch.equal(p.parts[:, 0], data.place(digits, p.shifts[:, 0], 36))
+    centred = data.place(digits, torch.zeros(200, 2, dtype=torch.long), 36, 0)
+    assert torch.equal(p.parts[:, 0], data.place(digits, p.shifts[:, 0], 36, mm.MAX_SHIFT))
     assert torch.allclose(centre_of_mass(p.parts[:, 0]) - centre_of_mass(centred), p.shifts[:, 0].float(), atol=1e-3)
 
 
@@ -60,7 +60,7 @@ def test_composite_is_the_clipped_sum_and_digits_overlap(split):
 
 def test_place_refuses_shifts_that_would_cut_ink():
     with pytest.raises(ValueError, match="holds shifts up to 4"):
-        data.place(torch.zeros(1, 28, 28), torch.tensor([[5, 0]]), 36)
+        data.place(torch.zeros(1, 28, 28), torch.tensor([[5, 0]]), 36, 5)
 
 
 def test_both_right_is_the_papers_metric():

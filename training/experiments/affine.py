@@ -83,7 +83,7 @@ def translate(digits: torch.Tensor, generator: torch.Generator, size: int = CANV
     x = data.to_float(digits).squeeze(1)
     reach = (size - x.shape[-1]) // 2
     shifts = torch.randint(-reach, reach + 1, (len(x), 2), device=x.device, generator=generator)
-    return data.place(x, shifts, size).unsqueeze(1)
+    return data.place(x, shifts, size, reach).unsqueeze(1)
 
 
 def ink_box(x: torch.Tensor, threshold: float = 0.05) -> torch.Tensor:
@@ -105,7 +105,7 @@ def affnist_like(digits: torch.Tensor, generator: torch.Generator, size: int = C
     of the digit's transformed ink box inside the canvas (the box is transformed exactly, so nothing
     is cut). One grid_sample for the batch (bilinear, zeros outside).
     """
-    x = data.place(data.to_float(digits).squeeze(1), digits.new_zeros(len(digits), 2, dtype=torch.long), size)
+    x = data.place(data.to_float(digits).squeeze(1), digits.new_zeros(len(digits), 2, dtype=torch.long), size, 0)
     B, dev = len(x), x.device
 
     def uniform(lo, hi):

@@ -60,7 +60,7 @@ def make_pairs(split: data.Split, first: torch.Tensor, generator: torch.Generato
     B = len(first)
     shifts = torch.randint(-max_shift, max_shift + 1, (B, 2, 2), device=idx.device, generator=generator)
     digits = data.to_float(split.images[idx.flatten()]).squeeze(1)  # (2B, 28, 28)
-    parts = data.place(digits, shifts.view(2 * B, 2), size).view(B, 2, size, size)
+    parts = data.place(digits, shifts.view(2 * B, 2), size, max_shift).view(B, 2, size, size)
     images = parts.sum(1, keepdim=True).clamp(max=1.0)
     return Pairs(images, parts, split.labels[idx], shifts)
 
