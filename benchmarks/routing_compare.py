@@ -4,7 +4,7 @@ $ python -m benchmarks.routing_compare                                  # every 
 $ python -m benchmarks.routing_compare --datasets mnist --routings em   # one cell; merges into the JSON
 $ python -m benchmarks.routing_compare --report                         # only rewrite the markdown
 
-Each cell trains `python -m training.train --routing R` in-process on the same data and hardware
+Each cell trains with training/train.py's train() (routing R) in-process on the same data and hardware
 (REDUCED by default: the first TRAIN_LIMIT training images, EPOCHS epochs, the full 10,000-image
 test set) and records the last epoch's test error, training images/s and seconds per step. A timing
 cell (--timing) measures the median training step of each routing at batch 128 on fixed synthetic
@@ -21,7 +21,8 @@ import torch
 
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import ROUTINGS
-from training import train
+from training import fit, train
+from training.config import TrainConfig
 
 DATASETS = ("mnist", "fashion-mnist")
 TRAIN_LIMIT = 10_000  # reduced: the first 10k of the 55k training images (5k are held out for val)
@@ -42,22 +43,22 @@ SEED_SPEED = "qp: \"each step can save at least 20% runtime compared to dynamic 
 
 
 def hardware(device: str) -> str:
-    return f"{train.hardware(device)}, torch {torch.__version__}"
+    return f"{fit.hardware(device)}, torch {torch.__version__}"
 
 
 def train_cell(dataset: str, routing: str, train_limit: int, epochs: int, device: str) -> dict:
-    """One reduced training run; the figures of its last epoch."""
-    out = RUNS / f"{dataset}-{routing}"
+    """One reduced training run; the figures of its kept (best on validation) epoch."""
+    config = TrainConfig(dataset=dataset, train_limit=train_limit, epochs=epochs, batch_size=BATCH,
+                         val_size=VAL_SIZE, lr_decay=0.9, device=device, out=str(RUNS / f"{dataset}-{routing}"))
     t0 = time.time()
-    record = train.main(["--dataset", dataset, "--routing", routing, "--train-limit", str(train_limit),
-                         "--epochs", str(epochs), "--batch-size", str(BATCH), "--val-size", str(VAL_SIZE),
-                         "--lr-decay", "0.9", "--device", device, "--out", str(out)])
+    _, run, test = train.train(config, CapsNetConfig(routing=routing))
+    record = next(h for h in run.history if h["epoch"] == run.kept_epoch)
     return {
         "dataset": dataset, "routing": routing, "reduced": train_limit > 0 or epochs < 50,
-        "train_images": train_limit, "epochs": epochs, "batch": BATCH,
-        "test_error_pct": 100 * (1 - record["test_acc"]), "test_errors": record["test_errors"],
+        "train_images": train_limit, "epochs": epochs, "batch": BATCH, "precision": run.precision,
+        "test_error_pct": 100 * (1 - test["accuracy"]), "test_errors": test["errors"],
         "val_error_pct": 100 * (1 - record["val_acc"]),
-        "train_images_per_s": record["train_images_per_s"], "step_seconds": record["step_seconds"],
+        "train_images_per_s": record["train_images_per_s"], "step_seconds": BATCH / record["train_images_per_s"],
         "wall_seconds": time.time() - t0, "parameters": CapsNet(CapsNetConfig(routing=routing)).num_params(),
         "hardware": hardware(device), "date": time.strftime("%Y-%m-%d %H:%M"),
     }

@@ -20,9 +20,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from model import contract
-from model.routing import ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, squash
+from model.routing import (ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, fused_digit_routing,
+                           squash)
 
-__all__ = ["squash", "capsule_length", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps", "MatrixDigitCaps",
+__all__ = ["squash", "capsule_length", "one_hot", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps", "MatrixDigitCaps",
            "Decoder", "margin_loss", "CapsNetConfig", "CapsNetOutput", "CapsNet", "create_routing"]
 
 
@@ -45,7 +46,7 @@ class PrimaryCaps(nn.Module):
         B, _, H, W = x.shape
         x = x.view(B, self.num_types, self.caps_dim, H, W)  # (B, 32, 8, 6, 6)
         x = x.permute(0, 1, 3, 4, 2).reshape(B, self.num_types * H * W, self.caps_dim)  # (B, 1152, 8)
-        return squash(x)
+        return squash(x.float())  # fp32 from here on, also under bf16 autocast (see DigitCaps)
 
 
 class DigitCaps(nn.Module):
@@ -53,6 +54,10 @@ class DigitCaps(nn.Module):
 
     W holds one 16x8 matrix per (i, j) pair, initialised N(0, 0.01^2) as in the official code;
     no bias (the paper has none and the 6.8M parameter count depends on it).
+
+    The votes and the routing run in fp32 even inside a bf16 autocast region: s_j sums 1152 votes
+    (Eq. 2) and b_ij accumulates agreements over the iterations, which bf16's 8 mantissa bits would
+    round away; only the convolutions before them and the decoder after them take the autocast dtype.
     """
 
     def __init__(self, in_caps: int = 1152, in_dim: int = 8, num_caps: int = 10, out_dim: int = 16,
@@ -61,11 +66,17 @@ class DigitCaps(nn.Module):
         self.W = nn.Parameter(0.01 * torch.randn(in_caps, num_caps, out_dim, in_dim))
         self.routing = routing if routing is not None else DynamicRouting()
 
-    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Primary capsules (B, 1152, 8) -> v (B, 10, 16), ||v|| (B, 10), coefficients (B, 1152, 10)
-        and the votes u_hat (B, 1152, 10, 16)."""
-        u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
-        v, lengths, c = self.routing(u_hat)  # (B, 10, 16), (B, 10), (B, 1152, 10)
+        and the votes u_hat (B, 1152, 10, 16); when training with dynamic routing, the votes are None
+        (fused_digit_routing never stores them; nothing in training reads them)."""
+        with torch.autocast(u.device.type, enabled=False):
+            u = u.float()
+            if self.training and isinstance(self.routing, DynamicRouting) and torch.is_grad_enabled():
+                v, c = fused_digit_routing(u, self.W, self.routing.iters)  # the votes are never stored
+                return v, capsule_length(v), c, None
+            u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
+            v, lengths, c = self.routing(u_hat)  # (B, 10, 16), (B, 10), (B, 1152, 10)
         return v, lengths, c, u_hat
 
 
@@ -116,9 +127,10 @@ class MatrixDigitCaps(nn.Module):
         """(poses (B, 1152, 16), activations (B, 1152)) -> mu (B, 10, 16), a (B, 10), R (B, 1152, 10)
         and the votes (B, 1152, 10, 16)."""
         pose, a_in = caps
-        M = pose.view(*pose.shape[:2], self.pose_size, self.pose_size)  # (B, 1152, 4, 4)
-        votes = torch.einsum("bipq,ijqr->bijpr", M, self.W).flatten(-2)  # V_ij = M_i W_ij, (B, 1152, 10, 16)
-        mu, a, R = self.routing(votes, a_in)  # (B, 10, 16), (B, 10), (B, 1152, 10)
+        with torch.autocast(pose.device.type, enabled=False):  # fp32 routing, as in DigitCaps
+            M = pose.float().view(*pose.shape[:2], self.pose_size, self.pose_size)  # (B, 1152, 4, 4)
+            votes = torch.einsum("bipq,ijqr->bijpr", M, self.W).flatten(-2)  # V_ij = M_i W_ij, (B, 1152, 10, 16)
+            mu, a, R = self.routing(votes, a_in.float())  # (B, 10, 16), (B, 10), (B, 1152, 10)
         return mu, a, R, votes
 
 
@@ -142,9 +154,15 @@ class Decoder(nn.Module):
         return x.view(-1, self.image_size, self.image_size)
 
 
+def one_hot(classes: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(...) class indices -> (..., num_classes) one-hot. A comparison rather than F.one_hot, which
+    reads the indices' min and max back to the host to check them: no host sync inside a step."""
+    return (classes.unsqueeze(-1) == torch.arange(num_classes, device=classes.device)).to(dtype)
+
+
 def mask_capsules(capsules: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
     """Zero every digit capsule except `classes` (B,) -> (B, 10, 16), the decoder's input."""
-    keep = F.one_hot(classes, capsules.shape[1]).to(capsules.dtype)  # (B, 10)
+    keep = one_hot(classes, capsules.shape[1], capsules.dtype)  # (B, 10)
     return capsules * keep.unsqueeze(-1)
 
 
@@ -157,8 +175,7 @@ def margin_loss(lengths: torch.Tensor, targets: torch.Tensor, m_plus: float = co
         lengths: ||v_k||, (B, K).
         targets: class indices (B,) or a multi-hot (B, K) for images with several digits.
     """
-    T = targets if targets.dim() == 2 else F.one_hot(targets, lengths.shape[1])
-    T = T.to(lengths.dtype)
+    T = (targets if targets.dim() == 2 else one_hot(targets, lengths.shape[1])).to(lengths.dtype)
     present = T * F.relu(m_plus - lengths) ** 2
     absent = lam * (1.0 - T) * F.relu(lengths - m_minus) ** 2
     return (present + absent).sum(dim=1).mean()
@@ -204,7 +221,7 @@ class CapsNetOutput(NamedTuple):
     capsules: torch.Tensor  # (B, 10, 16) v_j (em: the flattened 4x4 poses mu_j)
     routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration (em: R_ij; qp: b_ij)
     reconstruction: torch.Tensor | None  # (B, 28, 28), None without a decoder
-    votes: torch.Tensor  # (B, 1152, 10, 16) prediction vectors u_hat_j|i (em: flattened V_ij)
+    votes: torch.Tensor | None  # (B, 1152, 10, 16) u_hat_j|i (em: flattened V_ij); None when training dynamic
 
 
 def create_routing(config: CapsNetConfig) -> nn.Module:

@@ -23,6 +23,7 @@ import torch.nn as nn
 from model import contract
 from model.capsnet import CapsNet, capsule_length, mask_capsules
 from training import data
+from training.config import TrainConfig, selection
 from training.evaluate import evaluate_onnx, load_checkpoint
 
 OPSET = 18
@@ -77,7 +78,7 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
 
 def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
     """Write capsnet.onnx and decoder.onnx (example batch of 2 so no axis is specialised to 1)."""
-    model = model.eval().cpu()
+    model = model.eval().cpu().to(memory_format=torch.contiguous_format)
     out_dir.mkdir(parents=True, exist_ok=True)
     size, c = model.config.image_size, model.config
     capsnet_path, decoder_path = out_dir / contract.CAPSNET_ONNX, out_dir / contract.DECODER_ONNX
@@ -121,32 +122,40 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | None) -> dict:
-    """The shipped model's card (DESIGN.md): every figure in it measured here or during training."""
+def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | None, dataset: str | None = None) -> dict:
+    """The shipped model's card (DESIGN.md): every figure in it measured here or during training.
+
+    Args:
+        ckpt: a checkpoint written by training/fit.py (configs, history, provenance).
+        result: the exported graph's test result (training.evaluate.summarise), or None.
+        dataset: what the model reads when it is not the IDX set it was made from (MultiMNIST).
+    """
+    config = TrainConfig(**ckpt["train_config"])
     history = ckpt.get("history", [])
-    best = max(history, key=lambda h: h["val_acc"]) if history else {}
-    dataset = ckpt.get("dataset", "mnist")
+    kept = next((h for h in history if h["epoch"] == ckpt["epoch"]), {})
+    dataset = dataset or config.dataset
     shapes = contract.capsnet_shapes(ckpt["config"]["image_size"])
-    val_size = int(ckpt.get("args", {}).get("val_size", data.VAL_SIZE))  # runs before --val-size used the default
     card = {
         "name": f"capsnet-{dataset}",
         "version": sha256(capsnet_path)[:12],
         "dataset": dataset,
-        "dataset_sha256": data.CHECKSUMS[ckpt.get("source", dataset)],  # MultiMNIST is made of MNIST
+        "dataset_sha256": data.CHECKSUMS[config.dataset],  # MultiMNIST is made of MNIST
         "test_accuracy": result["accuracy"] if result else None,
         "test_errors": result["errors"] if result else None,
         "test_count": result["count"] if result else None,
         "misclassified": result["misclassified"] if result else None,
         "evaluated_with": "ONNX Runtime " + ",".join(result["providers"]) if result else None,
-        "epochs": ckpt.get("epoch"),  # epochs trained into these weights
-        "run_epochs": int(ckpt.get("args", {}).get("epochs", ckpt.get("epoch") or 0)),  # of the run
-        "selection": f"the epoch with the best validation accuracy ({val_size:,} held-out training images)",
-        "val_accuracy": best.get("val_acc"),
-        "val_history": [round(h["val_acc"], 4) for h in history],
-        "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
-        "hardware": ckpt.get("hardware"),
-        "train_args": ckpt.get("args", {}),
-        "routing": ckpt["config"].get("routing", "dynamic"),
+        "epochs": ckpt["epoch"],  # epochs trained into these weights
+        "run_epochs": config.epochs,  # of the run
+        "selection": selection(config),
+        "val_accuracy": kept.get("val_acc"),
+        "val_history": [round(h["val_acc"], 4) for h in history if "val_acc" in h],
+        "train_seconds": round(ckpt["train_seconds"], 1),
+        "hardware": ckpt["hardware"],
+        "precision": ckpt["precision"],
+        "train_config": ckpt["train_config"],
+        "model_config": ckpt["config"],
+        "routing": ckpt["config"]["routing"],
         "routing_iters": ckpt["config"]["routing_iters"],
         "parameters": sum(v.numel() for v in ckpt["model"].values()),
         "opset": OPSET,
@@ -156,6 +165,36 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "outputs": {k: list(shapes[k]) for k in contract.CAPSNET_OUTPUTS},
         "created": datetime.date.today().isoformat(),
     }
+    return card
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: Path | None = None,
+                      evaluate: bool = True, triton: Path | None = None) -> dict:
+    """Export a training checkpoint, check parity, measure the graph on the test set, write the card.
+
+    Args:
+        out_dir: default: the dataset's place in contract.SHIPPED (model/, model/fashion-mnist/).
+        data_dir: the IDX files of the checkpoint's dataset (default data/<dataset>).
+        evaluate: measure the full test set on the exported graph (the card's accuracy; else null).
+        triton: also write a Triton model repository of the exported models there (training/triton.py).
+    """
+    model, ckpt = load_checkpoint(checkpoint)
+    dataset = ckpt["train_config"]["dataset"]
+    out_dir = out_dir or contract.SHIPPED[dataset].directory
+    test = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"]
+    images, labels = test.images.numpy(), test.labels.numpy()
+
+    capsnet_path, decoder_path = export(model, out_dir)
+    parity = check_parity(model, capsnet_path, decoder_path, images)
+    print(f"exported {capsnet_path} and {decoder_path}; parity max |ORT - PyTorch| = {parity:.2e}")
+    result = evaluate_onnx(capsnet_path, images, labels) if evaluate else None
+    if result:
+        print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
+    card = model_card(ckpt, capsnet_path, parity, result)
+    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    if triton:
+        from training.triton import write_repository
+        print("Triton model repository:", *write_repository(triton, out_dir))
     return card
 
 
@@ -170,26 +209,7 @@ def main(argv=None) -> dict:
     p.add_argument("--triton", type=Path, default=None, metavar="DIR",
                    help="also write a Triton model repository of the exported models (training/triton.py)")
     args = p.parse_args(argv)
-
-    model, ckpt = load_checkpoint(args.checkpoint)
-    dataset = ckpt.get("dataset", "mnist")
-    data_dir = args.data_dir or data.DEFAULT_DIRS[dataset]
-    out_dir = args.out_dir or contract.SHIPPED[dataset].directory
-    test = data.load(data_dir)["test"]
-    images, labels = test.images.numpy(), test.labels.numpy()
-
-    capsnet_path, decoder_path = export(model, out_dir)
-    parity = check_parity(model, capsnet_path, decoder_path, images)
-    print(f"exported {capsnet_path} and {decoder_path}; parity max |ORT - PyTorch| = {parity:.2e}")
-    result = evaluate_onnx(capsnet_path, images, labels) if args.evaluate else None
-    if result:
-        print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
-    card = model_card(ckpt, capsnet_path, parity, result)
-    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
-    if args.triton:
-        from training.triton import write_repository
-        print("Triton model repository:", *write_repository(args.triton, out_dir))
-    return card
+    return export_checkpoint(args.checkpoint, args.out_dir, args.data_dir, args.evaluate, args.triton)
 
 
 if __name__ == "__main__":

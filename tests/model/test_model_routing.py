@@ -1,8 +1,9 @@
-"""squash (Eq. 1) and dynamic routing (Procedure 1) against the paper."""
+"""squash (Eq. 1) and dynamic routing (Procedure 1) against the paper, and the fused training path against both."""
 import pytest
 import torch
 
-from model.routing import capsule_length, dynamic_routing, squash
+from model.capsnet import DigitCaps
+from model.routing import capsule_length, dynamic_routing, fused_digit_routing, squash
 
 
 @pytest.mark.parametrize("norm", [0.0, 1e-3, 0.5, 1.0, 3.0, 100.0])
@@ -79,3 +80,35 @@ def test_zero_iterations_is_an_error():
 def test_one_iteration_couples_uniformly():
     _, c = dynamic_routing(torch.randn(2, 50, 10, 16), iters=1)
     assert torch.allclose(c, torch.full_like(c, 0.1))
+
+
+@pytest.mark.parametrize("iters, chunk", [(1, 2), (2, 3), (3, 2), (3, 8)])
+def test_fused_digit_routing_matches_procedure_1_and_its_gradients(iters, chunk):
+    """fused_digit_routing = dynamic_routing(W u) in value and in both gradients (its backward is
+    hand-written); gradcheck in float64, chunks that do and do not divide the batch."""
+    torch.manual_seed(0)
+    u = torch.randn(5, 7, 3, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(7, 4, 6, 3, dtype=torch.float64, requires_grad=True)
+    v_ref, c_ref = dynamic_routing(torch.einsum("ijdk,bik->bijd", W, u), iters)
+    v, c = fused_digit_routing(u, W, iters, chunk)
+    torch.testing.assert_close(v, v_ref)
+    torch.testing.assert_close(c, c_ref)
+    gv, gc = torch.randn_like(v), torch.randn_like(c)  # a loss through both outputs
+    ref = torch.autograd.grad((v_ref * gv).sum() + (c_ref * gc).sum(), (u, W))
+    got = torch.autograd.grad((v * gv).sum() + (c * gc).sum(), (u, W))
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda a, b: fused_digit_routing(a, b, iters, chunk), (u, W))
+
+
+def test_training_forward_uses_the_fused_routing_with_the_same_result():
+    """DigitCaps in training (fused, no votes stored) and in eval (plain Procedure 1) agree."""
+    torch.manual_seed(0)
+    layer, u = DigitCaps(), torch.randn(3, 1152, 8, requires_grad=True)
+    v, lengths, c, votes = layer.train()(u)
+    assert votes is None and v.requires_grad
+    with torch.no_grad():
+        v_eval, lengths_eval, c_eval, votes_eval = layer.eval()(u)
+    assert votes_eval.shape == (3, 1152, 10, 16)
+    torch.testing.assert_close(v, v_eval)
+    torch.testing.assert_close(c, c_eval)

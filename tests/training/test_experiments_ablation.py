@@ -1,20 +1,20 @@
 """Table 1's ablation: each variant's switches change exactly what they say, the convergence measure
 is appendix A's mean |delta b_ij|, and the experiment's command writes its rows and plot."""
 import json
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 
 from model.capsnet import CapsNet, CapsNetConfig, margin_loss, reconstruction_loss
 from model.routing import dynamic_routing, routing_logit_changes, squash
-from training import train
 from training.experiments import ablation
 
 
 def model_of(variant: str, tmp_path) -> CapsNet:
-    """The network training/train.py builds from the variant's command line."""
-    args = train.parse_args(ablation.train_argv(variant, ablation.parse_args(["--out", str(tmp_path)]), seed=0))
-    return CapsNet(CapsNetConfig(routing_iters=args.routing_iters, reconstruction=args.reconstruction))
+    """The network training/train.py builds from the variant's configs."""
+    _, model_config = ablation.variant_configs(variant, ablation.parse_args(["--out", str(tmp_path)]), seed=0)
+    return CapsNet(model_config)
 
 
 @pytest.mark.parametrize("variant, iters, decoder", [
@@ -30,11 +30,11 @@ def test_variant_switches_change_routing_and_decoder_only(variant, iters, decode
     y = torch.tensor([3, 4])
     expected = margin_loss(out.lengths, y) + (0.0005 * reconstruction_loss(out.reconstruction, x) if decoder else 0)
     assert torch.allclose(model.loss(out, x, y), expected)
-    argv = ablation.train_argv(variant, ablation.parse_args([]), seed=1)
-    other = ablation.train_argv("r3-recon", ablation.parse_args([]), seed=1)
-    diff = set(argv) ^ set(other)
-    assert diff <= {"1", "3", "--no-reconstruction", f"runs/ablation/{variant}/seed1", "runs/ablation/r3-recon/seed1"}
-    assert train.parse_args(argv).seed == 1
+    config, model_config = ablation.variant_configs(variant, ablation.parse_args([]), seed=1)
+    other, other_model = ablation.variant_configs("r3-recon", ablation.parse_args([]), seed=1)
+    assert replace(config, out=other.out) == other and config.seed == 1  # only the run directory differs
+    diff = {k for k, v in asdict(model_config).items() if asdict(other_model)[k] != v}
+    assert diff <= {"routing_iters", "reconstruction"}
 
 
 def test_one_iteration_has_uniform_couplings_and_three_differ():
@@ -61,7 +61,7 @@ def test_routing_logit_changes_are_the_agreements_added_per_iteration():
 
 @pytest.mark.slow
 def test_cli_trains_four_variants_and_plots_convergence(idx_dir, tmp_path):
-    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--epochs", "1",
+    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--batch-size", "32", "--epochs", "1",
             "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path),
             "--figure", str(tmp_path / "conv.png"), "--max-iters", "4", "--curve-images", "20"]
     ablation.main(argv + ["--seeds", "0"])

@@ -95,5 +95,15 @@ def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
     assert [r["paper"] for r in record["rows"]] == [99.23, 79.0, 99.22, 66.0]
     assert all(r["reduced"] and 0 <= r["ours"] <= 100 and r["train_images"] == 128 for r in record["rows"])
     assert record["ranges"] == {"rotation_deg": affine.ROTATION, "shear": affine.SHEAR, "scale": list(affine.SCALE)}
-    assert {p.name for p in (tmp_path / "run").iterdir()} == {"capsnet.pt", "cnn.pt"}
+    assert {p.name for p in (tmp_path / "run").iterdir()} == {"capsnet", "cnn"}
+    assert all((tmp_path / "run" / m / "best.pt").exists() for m in ("capsnet", "cnn"))
     assert (tmp_path / "sets.png").stat().st_size > 5_000
+
+
+def test_training_batches_are_drawn_without_a_host_sync(digits):
+    from tests.training.test_training_train import HostSyncs
+    split = data.Split(digits, torch.zeros(len(digits), dtype=torch.long))
+    task = affine.TranslatedDigits({"train": split, "val": split}, seed=0)
+    with HostSyncs() as mode:
+        batch = task.draw(torch.arange(8), torch.Generator().manual_seed(0))
+    assert mode.seen == [] and batch.x.shape == (8, 1, 40, 40)

@@ -90,13 +90,13 @@ def test_pair_loss_reconstructs_each_digit_from_its_own_capsule(split, monkeypat
     p = pairs(split, 0, n=4)
     seen = []
     monkeypatch.setattr(mm, "reconstruction_loss", lambda recon, target: seen.append(target) or recon.sum() * 0)
-    loss, lengths = mm.pair_loss(model, p)
+    loss, lengths = mm.pair_loss(model, p.images, p.parts, p.labels)
     assert len(seen) == 2 and torch.equal(seen[0], p.parts[:, 0]) and torch.equal(seen[1], p.parts[:, 1])
     loss.backward()
     assert model.digits.W.grad.abs().sum() > 0 and lengths.shape == (4, 10)
     no_recon = CapsNet(CapsNetConfig(image_size=36, reconstruction=False))
     seen.clear()
-    mm.pair_loss(no_recon, p)
+    mm.pair_loss(no_recon, p.images, p.parts, p.labels)
     assert seen == []
 
 
@@ -133,3 +133,28 @@ def test_shipped_multimnist_model_reads_pairs(split):
     # the card's rate was measured on 10,000 pairs; 300 fixture pairs land near it
     assert abs(right - card["test_accuracy"]) < 0.1, (right, card["test_accuracy"])
     assert np.isfinite(lengths).all()
+
+
+def test_partners_are_other_classes_drawn_without_a_host_sync(split):
+    """Defect 5: the rejection loop read `same.any()` back to the host several times per batch."""
+    from tests.training.test_training_train import HostSyncs
+    first = torch.arange(1000).repeat(20)
+    with HostSyncs() as mode:
+        second = mm.partners(split.labels, first, torch.Generator().manual_seed(0))
+        mm.make_pairs(split, first[:64], torch.Generator().manual_seed(0))
+    assert mode.seen == []
+    assert (split.labels[second] != split.labels[first]).all()
+    # uniform over the digits of the other classes: each class's share matches its share of those digits
+    counts = torch.bincount(split.labels, minlength=10).float()
+    for c in range(10):
+        drawn = torch.bincount(split.labels[second[split.labels[first] == c]], minlength=10).float()
+        expected = counts.clone()
+        expected[c] = 0
+        assert drawn[c] == 0
+        assert torch.allclose(drawn / drawn.sum(), expected / expected.sum(), atol=0.03)
+
+
+def test_lr_decay_suits_multimnists_long_runs():
+    """Defect 5: 0.9 per epoch left 0.5% of the LR after 50 epochs; the decay period is 10x MNIST's."""
+    decay = mm.parse_args([]).lr_decay
+    assert decay == mm.LR_DECAY and 0.9 < decay ** 50 < 1.0

@@ -10,6 +10,7 @@ import torch
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from training import export
+from training.config import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,8 @@ def test_cli_writes_the_card(tmp_path, idx_dir):
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig())
     ckpt = {"model": model.state_dict(), "config": asdict(model.config), "epoch": 1, "history": [
-        {"epoch": 1, "val_acc": 0.5}], "train_seconds": 12.0, "hardware": "test", "dataset": "mnist", "args": {}}
+        {"epoch": 1, "val_acc": 0.5}], "train_seconds": 12.0, "hardware": "test", "precision": "fp32",
+        "train_config": asdict(TrainConfig(epochs=3))}
     torch.save(ckpt, tmp_path / "best.pt")
     card = export.main(["--checkpoint", str(tmp_path / "best.pt"), "--out-dir", str(tmp_path / "m"),
                         "--data-dir", str(idx_dir)])
@@ -77,3 +79,5 @@ def test_cli_writes_the_card(tmp_path, idx_dir):
     assert card["test_count"] == 200 and card["test_errors"] == round((1 - card["test_accuracy"]) * 200)
     assert card["parameters"] == 8_215_568 and card["parity_max_abs_diff"] <= export.PARITY_TOL
     assert len(card["misclassified"]) == card["test_errors"]
+    assert card["run_epochs"] == 3 and card["epochs"] == 1 and card["val_accuracy"] == 0.5
+    assert card["train_config"]["epochs"] == 3 and "5,000 held-out" in card["selection"]

@@ -41,10 +41,10 @@ def test_each_routing_exports_and_matches_pytorch(routing, tmp_path, mnist_fixtu
 @pytest.mark.parametrize("routing", ["em", "qp-l2", "qp-l1"])
 def test_cli_trains_and_exports_each_routing(routing, idx_dir, tmp_path):
     out = tmp_path / "run"
-    record = train.main(["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "32",
+    result = train.main(["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "32",
                          "--train-limit", "64", "--epochs", "1", "--eval-batch-size", "200",
                          "--routing", routing, "--out", str(out)])
-    assert record["epoch"] == 1 and record["step_seconds"] > 0
+    assert result["run"].kept_epoch == 1 and result["run"].history[0]["train_images_per_s"] > 0
     model, ckpt = load_checkpoint(out / "best.pt")  # weights_only=True inside
     assert ckpt["config"]["routing"] == routing == model.config.routing
     if routing.startswith("qp"):  # Algorithm 1's routing steps ran: b left its uniform start

@@ -1,16 +1,22 @@
-"""The training loop learns, writes what it promises, resumes, and runs under DDP with gloo."""
+"""The training loop (training/fit.py through train.py): it learns, writes what it promises, keeps
+the right epoch, resumes the data stream exactly, runs under DDP with gloo, never syncs with the
+host inside a step, and runs the routing in fp32 under bf16 autocast."""
 import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict, replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from model.capsnet import CapsNet, CapsNetConfig
+from model.capsnet import CapsNet, CapsNetConfig, DigitCaps
 from tests.conftest import REPO
-from training import data, train
+from training import config as tc
+from training import data, fit, train
 from training.evaluate import evaluate, load_checkpoint, summarise
+from training.export import model_card
 
 
 @pytest.mark.parametrize("routing, n, steps", [
@@ -38,21 +44,162 @@ def test_a_few_steps_lower_the_loss(mnist_fixture, routing, n, steps):
     assert after < 0.8 * before
 
 
+def config(idx_dir, out, **kw) -> tc.TrainConfig:
+    """A tiny fp32 run on the fixture's IDX files: 192 training images, 3 batches of 64."""
+    fields = dict(data_dir=str(idx_dir), val_size=100, train_limit=192, batch_size=64, eval_batch_size=200,
+                  lr_decay=0.9, epochs=1, precision="fp32", device="cpu", out=str(out), log_every=1)
+    return tc.TrainConfig(**{**fields, **kw})
+
+
 @pytest.mark.slow
-def test_cli_writes_checkpoints_logs_and_resumes(idx_dir, tmp_path):
+def test_run_writes_checkpoints_logs_and_typed_configs(idx_dir, tmp_path):
+    cfg = config(idx_dir, tmp_path / "run", epochs=2)
+    model, run, test = train.train(cfg, CapsNetConfig(recon_weight=train.OFFICIAL_RECON_WEIGHT))
     out = tmp_path / "run"
-    args = ["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "64", "--out", str(out),
-            "--eval-batch-size", "200", "--lr-decay", "0.9", "--train-limit", "192"]
-    record = train.main(args + ["--epochs", "1"])
     assert {"best.pt", "last.pt", "metrics.json", "curves.png"} <= {p.name for p in out.iterdir()}
-    assert record["epoch"] == 1 and 0 <= record["test_acc"] <= 1
-    model, ckpt = load_checkpoint(out / "best.pt")  # weights_only=True inside
-    assert ckpt["config"]["routing_iters"] == 3 and ckpt["epoch"] == 1
-    assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.9, rel=1e-3)
-    record = train.main(args + ["--epochs", "2", "--resume"])
-    history = json.loads((out / "metrics.json").read_text())
-    assert [h["epoch"] for h in history] == [1, 2] and record["epoch"] == 2
-    assert history[1]["lr"] == pytest.approx(1e-3 * 0.81, rel=1e-3)
+    assert [h["epoch"] for h in run.history] == [1, 2] and 0 <= test["accuracy"] <= 1
+    best = max(run.history, key=lambda h: (h["val_acc"], h["epoch"]))
+    assert run.kept_epoch == best["epoch"]
+    loaded, ckpt = load_checkpoint(out / "best.pt")  # weights_only=True inside
+    assert tc.TrainConfig(**ckpt["train_config"]) == cfg  # typed, no string round trip
+    assert CapsNetConfig(**ckpt["config"]) == model.config and loaded.config.recon_weight == 0.01
+    assert ckpt["epoch"] == run.kept_epoch and "optimizer" not in ckpt  # best.pt: weights and configs only
+    last = torch.load(out / "last.pt", weights_only=True)
+    assert last["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.81, rel=1e-3)
+    assert json.loads((out / "metrics.json").read_text()) == run.history
+
+
+def test_recon_weight_option_reaches_the_model():
+    _, model_config = train.parse_args(["--recon-weight", "0.01"])
+    assert model_config.recon_weight == 0.01 and train.parse_args([])[1].recon_weight == 0.0005
+
+
+@pytest.mark.slow
+def test_val_size_zero_trains_on_everything_and_keeps_the_last_epoch(idx_dir, tmp_path):
+    """Defect 2: --val-size 0 crashed in evaluate; now the last epoch is kept and the card says so."""
+    cfg = config(idx_dir, tmp_path / "all", val_size=0, train_limit=0, epochs=2)
+    model, run, test = train.train(cfg, CapsNetConfig())
+    assert run.kept_epoch == 2 and all("val_acc" not in h for h in run.history)
+    assert run.images_per_epoch == 768  # all 800 fixture 'train' images, cut to whole batches of 64
+    ckpt = torch.load(tmp_path / "all" / "best.pt", weights_only=True)
+    assert ckpt["epoch"] == 2
+    card = model_card(ckpt, tmp_path / "all" / "best.pt", 0.0, None)
+    assert "the last of 2 epochs" in card["selection"] and "no validation split" in card["selection"]
+    assert card["val_accuracy"] is None and card["train_config"]["val_size"] == 0
+
+
+@pytest.mark.slow
+def test_resume_continues_the_data_stream(idx_dir, tmp_path):
+    """Defect 3: a resumed run must equal an uninterrupted one (order and shifts continue, not replay)."""
+    straight, _, _ = train.train(config(idx_dir, tmp_path / "a", epochs=2), CapsNetConfig())
+    train.train(config(idx_dir, tmp_path / "b", epochs=1), CapsNetConfig())
+    resumed, run, _ = train.train(config(idx_dir, tmp_path / "b", epochs=2, resume=True), CapsNetConfig())
+    assert [h["epoch"] for h in run.history] == [1, 2]
+    a = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "b" / "last.pt", weights_only=True)["model"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+
+
+@pytest.mark.slow
+def test_eval_every_validates_and_checkpoints_only_every_n_epochs(idx_dir, tmp_path):
+    """Defect 6: evaluation and checkpoints every eval_every epochs and at the end, not every epoch."""
+    calls = []
+
+    class Counting(train.ShiftedDigits):
+        def validate(self, model):
+            calls.append(1)
+            return super().validate(model)
+    splits = train.load_splits(config(idx_dir, tmp_path))
+    cfg = config(idx_dir, tmp_path / "e", epochs=3, eval_every=2)
+    run = fit.fit(CapsNet(CapsNetConfig()), Counting(splits, 2, 200), cfg, log=lambda _: None)
+    assert [h["epoch"] for h in run.history] == [2, 3] and len(calls) == 2
+    assert torch.load(tmp_path / "e" / "last.pt", weights_only=True)["epoch"] == 3
+
+
+@pytest.mark.parametrize("n, batch, world", [(1025, 64, 2), (97, 16, 2), (1000, 128, 1), (129, 32, 4)])
+def test_every_rank_takes_the_same_number_of_whole_batches(n, batch, world):
+    """Defect 4: a rank whose last batch was empty stopped while the others waited in all-reduce."""
+    per_rank = [fit.epoch_batches(n, batch, r, world, fit.generators(0, r, "cpu")["order"]) for r in range(world)]
+    assert {tuple(b.shape) for b in per_rank} == {(n // (batch * world), batch)}
+    every = torch.cat([b.flatten() for b in per_rank])
+    assert len(torch.unique(every)) == len(every) and every.max() < n  # disjoint, one permutation
+
+
+def test_ranks_share_the_order_but_not_the_augmentation():
+    """Defect 4: every rank drew the same shifts from one generator seeded alike."""
+    g0, g1 = fit.generators(0, 0, "cpu"), fit.generators(0, 1, "cpu")
+    assert torch.equal(torch.randperm(100, generator=g0["order"]), torch.randperm(100, generator=g1["order"]))
+    x = torch.rand(64, 1, 28, 28)
+    assert not torch.equal(data.random_shift(x, 2, g0["augment"]), data.random_shift(x, 2, g1["augment"]))
+
+
+def test_routing_runs_in_fp32_under_bf16_autocast():
+    """Defect 1: autocast put the votes' einsums in bf16; v and c must match fp32 to 1e-5."""
+    torch.manual_seed(0)
+    layer, u = DigitCaps(), torch.randn(8, 1152, 8) * 0.5
+    for training in (True, False):  # the fused training path and the plain one of inference
+        layer.train(training)
+        v, lengths, c, _ = layer(u)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            v_amp, lengths_amp, c_amp, votes = layer(u)
+        assert v_amp.dtype == c_amp.dtype == torch.float32 and (votes is None) == training
+        torch.testing.assert_close(v_amp, v, rtol=0, atol=1e-5)
+        torch.testing.assert_close(c_amp, c, rtol=0, atol=1e-5)
+        torch.testing.assert_close(lengths_amp, lengths, rtol=0, atol=1e-5)
+
+
+def test_convolutions_take_bf16_under_autocast():
+    model = CapsNet(CapsNetConfig())
+    dtypes = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            dtypes[name] = output.dtype
+        return hook
+    for name in ("conv1", "primary", "primary.conv"):
+        model.get_submodule(name).register_forward_hook(record(name))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(torch.rand(2, 1, 28, 28))
+    assert dtypes["conv1"] == dtypes["primary.conv"] == torch.bfloat16
+    assert dtypes["primary"] == out.lengths.dtype == torch.float32  # squash onwards in fp32
+
+
+def test_precision_auto_follows_the_cpu():
+    cfg = tc.TrainConfig(device="cpu")
+    assert tc.resolve_precision(cfg) == ("bf16" if tc.native_bf16("cpu") else "fp32")
+    assert tc.resolve_precision(replace(cfg, precision="fp32")) == "fp32"
+    with pytest.raises(ValueError, match="precision"):
+        tc.TrainConfig(precision="fp16")
+
+
+class HostSyncs(TorchDispatchMode):
+    """Records the ops that make the host wait for the device: reading a value (.item(), bool(), int())
+    or an output whose shape depends on the data (boolean masks, nonzero)."""
+    SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_consecutive",
+               "aten::_unique2"}
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in self.SYNCING:
+            self.seen.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_training_step_never_syncs_with_the_host(mnist_fixture):
+    images, labels = mnist_fixture
+    split = data.Split(torch.from_numpy(images[:300].copy()), torch.from_numpy(labels[:300]))
+    task = train.ShiftedDigits({"train": split, "val": split}, max_shift=2)
+    model = CapsNet(CapsNetConfig())
+    gen = fit.generators(0, 0, "cpu")
+    with HostSyncs() as mode:
+        idx = fit.epoch_batches(task.train_size, 16, 0, 1, gen["order"])[0]
+        res = task.loss(model, task.draw(idx, gen["augment"]))
+        res.loss.backward()
+    assert mode.seen == []
 
 
 def test_evaluate_summary_counts_errors_and_confusion():
@@ -71,14 +218,18 @@ def test_evaluate_runs_the_model_on_a_split(mnist_fixture):
 
 
 @pytest.mark.slow
-def test_torchrun_with_gloo_on_cpu(idx_dir, tmp_path):
+def test_torchrun_with_gloo_on_cpu_and_uneven_ranks(idx_dir, tmp_path):
+    """97 images on 2 ranks at batch 16: before, rank 1's 4th batch was empty and it hung the other."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
-           "-m", "training.train", "--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "128",
-           "--batch-size", "32", "--epochs", "1", "--device", "cpu", "--out", str(tmp_path / "ddp"),
-           "--eval-batch-size", "200"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+           "-m", "training.train", "--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "97",
+           "--batch-size", "16", "--epochs", "2", "--device", "cpu", "--out", str(tmp_path / "ddp"),
+           "--eval-batch-size", "200", "--precision", "fp32"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "x2" in proc.stdout
     history = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
-    assert history[0]["epoch"] == 1
+    assert [h["epoch"] for h in history] == [1, 2] and history[0]["train_images"] == 96  # 3 steps x 16 x 2
+    last = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)
+    augment = last["rng"]["augment"]
+    assert len(augment) == 2 and not torch.equal(augment[0], augment[1])  # each rank's stream, saved

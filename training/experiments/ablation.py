@@ -4,7 +4,7 @@ routing-logit convergence curve.
 $ python -m training.experiments.ablation --train-limit 15000 --epochs 1    # reduced, CPU-sized
 $ python -m training.experiments.ablation --epochs 50 --lr-decay 0.99       # toward the paper's setting
 
-Trains the four CapsNets of Table 1 with training/train.py, one trial per --seeds (same data and
+Trains the four CapsNets of Table 1 with training/train.py's train(), one trial per --seeds (same data and
 schedule; only --routing-iters and --no-reconstruction differ), reports each variant's mean test error
 and its spread over the trials as Table 1 does, then measures on test images, for the trained r=3
 and r=1 networks, the mean |delta b_ij| that each routing iteration adds (routing.routing_logit_changes)
@@ -12,13 +12,16 @@ for 1..--max-iters iterations: the curve of Fig. A.1. Writes runs/ablation/<vari
 docs/results/ablation.json and docs/experiments/routing_convergence.png.
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import torch
 
+from model.capsnet import CapsNetConfig
 from model.routing import routing_logit_changes
 from training import data, train
+from training.config import TrainConfig
 from training.evaluate import load_checkpoint
 from training.experiments import common
 
@@ -35,12 +38,27 @@ def run_dir(args: argparse.Namespace, name: str, seed: int) -> Path:
     return args.out / name / f"seed{seed}"
 
 
-def train_argv(name: str, args: argparse.Namespace, seed: int) -> list[str]:
-    """The training/train.py command line of one variant and seed: only the ablated switches differ
-    between variants (and --seed, which sets the initialisation and the data order, between trials)."""
+def variant_configs(name: str, args: argparse.Namespace, seed: int) -> tuple[TrainConfig, CapsNetConfig]:
+    """The training run of one variant and seed: only the ablated switches differ between variants
+    (and the seed, which sets the initialisation and the data order, between trials)."""
     iters, recon, _ = VARIANTS[name]
-    return ["--routing-iters", str(iters), *common.train_argv(args, seed),
-            "--out", str(run_dir(args, name, seed)), *([] if recon else ["--no-reconstruction"])]
+    out = run_dir(args, name, seed)
+    config = common.train_config(args, seed=seed, out=str(out), resume=(out / "last.pt").exists())
+    return config, CapsNetConfig(routing_iters=iters, reconstruction=recon)
+
+
+def trial(name: str, args: argparse.Namespace, seed: int) -> dict:
+    """Train (or resume) one trial; its kept epoch's test result, kept in OUT/test.json once measured."""
+    config, model_config = variant_configs(name, args, seed)
+    result_path = Path(config.out) / "test.json"
+    if result_path.exists() and json.loads(result_path.read_text())["run_epochs"] == config.epochs:
+        return json.loads(result_path.read_text())  # a trial that has its epochs is only read back
+    _, run, test = train.train(config, model_config)
+    result = {"run_epochs": config.epochs, "kept_epoch": run.kept_epoch, "error": 100 * (1 - test["accuracy"]),
+              "train_seconds": run.train_seconds, "train_images": run.kept_epoch * run.images_per_epoch,
+              "hardware": run.hardware, "precision": run.precision}
+    result_path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 @torch.no_grad()
@@ -83,24 +101,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    rows, hardware = [], train.hardware(args.device)
+    rows = []
     for name in args.variants:
-        errors, seconds = [], []
+        trials = []
         for seed in args.seeds:
-            print(f"--- {name}, seed {seed}")
-            # a trial that has its epochs is only read back (train.py --resume), so runs can be extended by seed
-            resume = ["--resume"] if (run_dir(args, name, seed) / "last.pt").exists() else []
-            train.main(train_argv(name, args, seed) + resume)
-            ckpt = torch.load(run_dir(args, name, seed) / "best.pt", map_location="cpu", weights_only=True)
-            best = max(ckpt["history"], key=lambda h: h["val_acc"])
-            errors.append(100 * (1 - best["test_acc"]))
-            seconds.append(ckpt["train_seconds"])
+            print(f"--- {name}, seed {seed}", flush=True)
+            trials.append(trial(name, args, seed))
         iters, recon, paper = VARIANTS[name]
-        images = sum(h["train_images"] for h in ckpt["history"][:best["epoch"]])
+        errors = [t["error"] for t in trials]
         spread = torch.tensor(errors).std().item() if len(errors) > 1 else None  # sample std, as for Table 1
         rows.append(common.row(f"CapsNet r={iters}, reconstruction {'on' if recon else 'off'}", "MNIST test error %",
-                               sum(errors) / len(errors), paper, epochs=best["epoch"], train_images=images,
-                               wall_seconds=sum(seconds) / len(seconds), variant=name,
+                               sum(errors) / len(errors), paper, epochs=trials[-1]["kept_epoch"],
+                               train_images=trials[-1]["train_images"],
+                               wall_seconds=sum(t["train_seconds"] for t in trials) / len(trials), variant=name,
                                reduced=args.epochs < 50 or bool(args.train_limit),
                                std=None if spread is None else round(spread, 3),
                                trials=[round(e, 2) for e in errors]))
@@ -117,7 +130,7 @@ def main(argv=None) -> dict:
                 f"training images, ±2 px shifts; {len(args.seeds)} trial(s) (seeds {', '.join(map(str, args.seeds))}): "
                 "mean test error of each trial's best epoch on validation ± sample std; wall time per trial",
         paper_setting="MNIST, ±2 px shifts, mean of 3 trials (Table 1)",
-        hardware=hardware, command=common.command("training.experiments.ablation", argv),
+        hardware=trials[-1]["hardware"], command=common.command("training.experiments.ablation", argv),
         out_dir=args.results_dir, convergence={"images": len(images), "curves": curves},
         figure=common.relative(args.figure),
     )

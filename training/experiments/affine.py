@@ -16,13 +16,12 @@ same order. Tests, each generated once from the 10,000 MNIST test digits with a 
     on the package registries). The paper: CapsNet 79%, CNN 66%.
 The CNN baseline (BaselineCNN) has max-pooling and dropout and about as many parameters as the
 40x40 CapsNet without its decoder; both are trained for the same images and selected on a validation
-set of translated MNIST. Writes runs/affine/*.pt, docs/results/affine.json and
-docs/experiments/affine_test_sets.png (the first images of both test sets).
+set of translated MNIST, by training/fit.py like every run. Writes runs/affine/{capsnet,cnn}/,
+docs/results/affine.json and docs/experiments/affine_test_sets.png (the first images of both test sets).
 """
 import argparse
 import sys
-import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,7 +32,8 @@ import torch.nn.functional as F
 from model.capsnet import CapsNet, CapsNetConfig
 from training import data
 from training.experiments import common
-from training.train import hardware
+from training.fit import Batch, StepOut, Task, fit, hardware
+from training.train import load_splits
 
 CANVAS = 40
 ROTATION = 20.0  # degrees, either way
@@ -167,12 +167,6 @@ def logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return model.forward_features(x)[1] if isinstance(model, CapsNet) else model(x)
 
 
-def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    if isinstance(model, CapsNet):
-        return model.loss(model(x, y), x, y)  # margin + reconstruction, as on MNIST
-    return F.cross_entropy(model(x), y)
-
-
 @torch.no_grad()
 def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 250) -> float:
     was_training = model.training
@@ -183,38 +177,30 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch
     return 100 * right / len(images)
 
 
-def fit(model: nn.Module, name: str, splits: dict, args: argparse.Namespace) -> dict:
-    """Train on freshly translated digits each epoch; keep the epoch best on translated validation."""
-    train, device = splits["train"], args.device
-    n_steps = common.steps(len(train), args.batch_size)
-    optimizer, scheduler = common.adam(model, n_steps, args.lr, args.lr_decay)
-    gen = torch.Generator(device=device).manual_seed(args.seed)  # same images, same order for both models
-    val_gen = torch.Generator(device=device).manual_seed(args.seed + 1)
-    val = translate(splits["val"].images, val_gen)
-    best, wall, history = None, 0.0, []
-    for epoch in range(1, args.epochs + 1):
-        model.train()
-        t0 = time.time()
-        perm = torch.randperm(len(train), device=device, generator=gen)
-        for step in range(n_steps):
-            idx = perm[step * args.batch_size:(step + 1) * args.batch_size]
-            x, y = translate(train.images[idx], gen), train.labels[idx]
-            loss = loss_fn(model, x, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            if step % 50 == 0:
-                print(f"{name} epoch {epoch} step {step}/{n_steps} loss {loss.item():.4f} "
-                      f"({time.time() - t0:.0f} s)", flush=True)
-        wall += time.time() - t0
-        val_acc = accuracy(model, val, splits["val"].labels)
-        history.append({"epoch": epoch, "val_acc": val_acc, "train_seconds": wall})
-        print(f"{name} epoch {epoch}: validation (translated) {val_acc:.2f}%", flush=True)
-        if best is None or val_acc >= best["val_acc"]:
-            best = {**history[-1], "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-    model.load_state_dict(best.pop("state"))
-    return {**best, "history": history, "train_images": best["epoch"] * len(train)}
+class TranslatedDigits(Task):
+    """Section 5.2's training for fit(): every digit at a fresh random position on the 40x40 canvas,
+    validated on translated validation digits (placed once, by seed). Both models get the same
+    images in the same order: fit() draws them from generators seeded alike."""
+
+    def __init__(self, splits: dict[str, data.Split], seed: int):
+        self.train, self.train_size = splits["train"], len(splits["train"])
+        self.val_x = translate(splits["val"].images, torch.Generator(device=self.train.images.device).manual_seed(seed + 1))
+        self.val_y = splits["val"].labels
+
+    def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
+        return Batch(translate(self.train.images[idx], generator), self.train.labels[idx])
+
+    def loss(self, model: nn.Module, batch: Batch) -> StepOut:
+        if isinstance(model, CapsNet):
+            out = model(batch.x, batch.y)  # margin + reconstruction, as on MNIST
+            return StepOut(model.loss(out, batch.x, batch.y), out.lengths.argmax(1) == batch.y)
+        scores = model(batch.x)
+        return StepOut(F.cross_entropy(scores, batch.y), scores.argmax(1) == batch.y)
+
+    def validate(self, model: nn.Module) -> dict | None:
+        if len(self.val_y) == 0:
+            return None
+        return {"acc": accuracy(model, self.val_x, self.val_y) / 100}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -226,36 +212,35 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    splits = common.load_splits(args)
+    config = common.train_config(args, dataset="mnist")
+    splits = load_splits(config)
     tests = test_sets(splits["test"], args.test_seed)
     save_samples(tests, args.figure)
-    args.out.mkdir(parents=True, exist_ok=True)
+    task = TranslatedDigits(splits, args.seed)
     rows = []
-    for name, model in (("CapsNet", CapsNet(CapsNetConfig(image_size=CANVAS))), ("CNN baseline", BaselineCNN())):
+    for name, make in (("CapsNet", lambda: CapsNet(CapsNetConfig(image_size=CANVAS))), ("CNN baseline", BaselineCNN)):
         torch.manual_seed(args.seed)
-        model = model.to(args.device)
+        model = make()
         params = sum(p.numel() for p in model.parameters())
-        print(f"{name}: {params:,} parameters on {hardware(args.device)}", flush=True)
-        run = fit(model, name, splits, args)
+        print(f"{name}: {params:,} parameters on {hardware(config.device)}", flush=True)
+        run = fit(model, task, replace(config, out=str(args.out / name.split()[0].lower())))
+        model.to(memory_format=torch.contiguous_format)
         acc = {k: accuracy(model, x, splits["test"].labels) for k, x in tests.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.2f}%" for k, v in acc.items()), flush=True)
-        ckpt = {"model": model.state_dict(), "epoch": run["epoch"], "history": run["history"]}
-        if isinstance(model, CapsNet):
-            ckpt["config"] = asdict(model.config)
-        torch.save(ckpt, args.out / f"{name.split()[0].lower()}.pt")
         mnist, affnist = PAPER[name]
-        run_fields = dict(epochs=run["epoch"], train_images=run["train_images"], wall_seconds=run["train_seconds"],
-                          reduced=args.epochs < 30 or bool(args.train_limit), parameters=params)
+        run_fields = dict(epochs=run.kept_epoch, train_images=run.kept_epoch * run.images_per_epoch,
+                          wall_seconds=run.train_seconds, reduced=args.epochs < 30 or bool(args.train_limit),
+                          parameters=params)
         rows.append(common.row(name, "expanded MNIST test accuracy %", acc["expanded MNIST"], mnist, **run_fields))
         rows.append(common.row(name, "affNIST-like test accuracy %", acc["affNIST-like"], affnist, **run_fields))
     common.write_result(
         "affine", rows,
         setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best of "
-                f"{args.epochs} epoch(s) on translated validation; test: 10,000 MNIST test digits, translated / affine "
-                f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, translation in "
-                f"the box), seed {args.test_seed}",
+                f"{args.epochs} epoch(s) on translated validation, {run.precision}; test: 10,000 MNIST test digits, "
+                f"translated / affine (rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
+                f"translation in the box), seed {args.test_seed}",
         paper_setting="padded and translated 40x40 MNIST, early stopping; test on affNIST",
-        hardware=hardware(args.device), command=common.command("training.experiments.affine", argv),
+        hardware=run.hardware, command=common.command("training.experiments.affine", argv),
         out_dir=args.results_dir, figure=common.relative(args.figure),
         ranges={"rotation_deg": ROTATION, "shear": SHEAR, "scale": list(SCALE)},
     )

@@ -1,4 +1,4 @@
-"""What the experiments share: the optimiser schedule, the paper's numbers and their result files.
+"""What the experiments share: their options (as a TrainConfig for training/fit.py) and their result files.
 
 A result file (docs/results/<experiment>.json) holds one row per trained model: our number beside
 the paper's, with the setting, hardware, epochs, training images and wall time of the run, and
@@ -7,66 +7,49 @@ whether the run was reduced (fewer images or epochs than the paper's). results.p
 import argparse
 import datetime
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
 
-import torch
-
-from training import data
+from training.config import PRECISIONS, TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO / "docs" / "results"
 
 
-def parser(prog: str, doc: str, out: str) -> argparse.ArgumentParser:
-    """The options every experiment has: data, training budget, schedule, device and outputs."""
+def parser(prog: str, doc: str, out: str, lr_decay: float = 0.9) -> argparse.ArgumentParser:
+    """The options every experiment has: data, training budget, schedule, hardware and outputs;
+    train_config() turns them into the TrainConfig of training/fit.py."""
+    t = TrainConfig()
     p = argparse.ArgumentParser(prog=f"python -m training.experiments.{prog}", description=doc.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=None, help="IDX files (default: data/<dataset>, fetched if empty)")
+    p.add_argument("--data-dir", default=None, help="IDX files (default: data/<dataset>, fetched if empty)")
     p.add_argument("--train-limit", type=int, default=0, help="use only the first N training images (0: all)")
-    p.add_argument("--val-size", type=int, default=data.VAL_SIZE, help="training images held out for validation")
+    p.add_argument("--val-size", type=int, default=t.val_size, help="training images held out for validation")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--lr-decay", type=float, default=0.9, help="LR factor per epoch, applied per step")
+    p.add_argument("--batch-size", type=int, default=t.batch_size)
+    p.add_argument("--lr", type=float, default=t.lr)
+    p.add_argument("--lr-decay", type=float, default=lr_decay, help="LR factor per epoch, applied per step")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=t.device)
+    p.add_argument("--precision", choices=PRECISIONS, default=t.precision, help="auto: bf16 where native")
+    p.add_argument("--compile", action="store_true", help="torch.compile the step (CUDA graphs on CUDA)")
+    p.add_argument("--eval-every", type=int, default=t.eval_every, help="epochs between validations")
     p.add_argument("--out", type=Path, default=Path("runs") / out, help="checkpoints")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where <experiment>.json goes")
     return p
 
 
+def train_config(args: argparse.Namespace, **overrides) -> TrainConfig:
+    """The TrainConfig of the shared options; overrides set the rest (out, seed, dataset...)."""
+    shared = ("data_dir", "train_limit", "val_size", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
+              "precision", "compile", "eval_every")
+    fields = {k: getattr(args, k) for k in shared}
+    fields["out"] = str(args.out)
+    return TrainConfig(**{**fields, **overrides})
+
+
 def figure_option(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--figure", type=Path, default=REPO / "docs" / "experiments" / name)
-
-
-def load_splits(args: argparse.Namespace, dataset: str = "mnist") -> dict[str, data.Split]:
-    """train/val/test on args.device, the training split cut to --train-limit."""
-    splits = data.load(args.data_dir or data.fetch(dataset), val_size=args.val_size)
-    if args.train_limit:
-        train = splits["train"]
-        splits["train"] = data.Split(train.images[:args.train_limit], train.labels[:args.train_limit])
-    return {k: v.to(args.device) for k, v in splits.items()}
-
-
-def train_argv(args: argparse.Namespace, seed: int | None = None) -> list[str]:
-    """The shared options as training/train.py's command line (the experiments that reuse it)."""
-    argv = ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-            "--lr-decay", str(args.lr_decay), "--train-limit", str(args.train_limit), "--val-size", str(args.val_size),
-            "--seed", str(args.seed if seed is None else seed), "--device", args.device]
-    return argv + (["--data-dir", str(args.data_dir)] if args.data_dir else [])
-
-
-def adam(model: torch.nn.Module, steps_per_epoch: int, lr: float = 1e-3, lr_decay: float = 0.9):
-    """Adam with the exponential decay of training/train.py: lr_decay per epoch, stepped per step."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    gamma = lr_decay ** (1 / max(1, steps_per_epoch))
-    return optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
-
-
-def steps(n_images: int, batch_size: int) -> int:
-    return math.ceil(n_images / batch_size)
 
 
 def command(prog: str, argv: list[str] | None) -> str:

@@ -3,7 +3,7 @@
 $ python -m training.experiments.fashion --epochs 4                 # reduced, CPU-sized
 $ python -m training.experiments.fashion --epochs 50 --lr-decay 0.99
 
-Trains with training/train.py on data/fashion-mnist (fetched if missing; same architecture, ±2 px
+Trains with training/train.py's train() on data/fashion-mnist (fetched if missing; same architecture, ±2 px
 shifts, best epoch on 5,000 held-out training images), resuming OUT/last.pt when it is there (a run
 that already has its epochs is only exported), exports the best checkpoint to model/fashion-mnist/
 (contract.SHIPPED["fashion-mnist"]) with its card (accuracy measured on the ONNX graph), and writes
@@ -13,9 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from model import contract
+from model.capsnet import CapsNetConfig
 from training import data, export, train
 from training.experiments import common
 
@@ -31,24 +30,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    data_dir = args.data_dir = args.data_dir or data.fetch("fashion-mnist")
-    train_argv = ["--dataset", "fashion-mnist", *common.train_argv(args), "--out", str(args.out)]
-    train.main(train_argv + (["--resume"] if (args.out / "last.pt").exists() else []))
-    card = export.main(["--checkpoint", str(args.out / "best.pt"), "--data-dir", str(data_dir),
-                        "--out-dir", str(args.model_dir)])
-    ckpt = torch.load(args.out / "best.pt", map_location="cpu", weights_only=True)
-    n_train = 60_000 - args.val_size if not args.train_limit else min(args.train_limit, 60_000 - args.val_size)
+    config = common.train_config(args, dataset="fashion-mnist", resume=(args.out / "last.pt").exists())
+    _, run, _ = train.train(config, CapsNetConfig())
+    card = export.export_checkpoint(args.out / "best.pt", args.model_dir, config.data_dir or data.fetch("fashion-mnist"))
     rows = [common.row("CapsNet r=3 + reconstruction", "Fashion-MNIST test error %",
-                       100 * (1 - card["test_accuracy"]), PAPER_ERROR, epochs=ckpt["epoch"],
-                       train_images=ckpt["epoch"] * n_train, wall_seconds=ckpt["train_seconds"],
+                       100 * (1 - card["test_accuracy"]), PAPER_ERROR, epochs=run.kept_epoch,
+                       train_images=run.kept_epoch * run.images_per_epoch, wall_seconds=run.train_seconds,
                        reduced=args.epochs < PAPER_EPOCHS or bool(args.train_limit),
                        model_version=card["version"])]
     common.write_result(
         "fashion", rows,
-        setting=f"epoch {ckpt['epoch']} of {card['run_epochs']} (best on validation), {n_train:,} training images, "
-                f"±2 px shifts, LR x{args.lr_decay} per epoch; error of the exported ONNX graph",
+        setting=f"epoch {run.kept_epoch} of {config.epochs} ({run.selection}), {run.images_per_epoch:,} training "
+                f"images per epoch, ±2 px shifts, LR x{config.lr_decay} per epoch, {run.precision}; "
+                "error of the exported ONNX graph",
         paper_setting="batch 128, LR 0.001 decayed x0.96 every 1,000 iterations (run length not given)",
-        hardware=ckpt["hardware"], command=common.command("training.experiments.fashion", argv),
+        hardware=run.hardware, command=common.command("training.experiments.fashion", argv),
         out_dir=args.results_dir, model_card=common.relative(args.model_dir / contract.MODEL_CARD),
     )
     return card

@@ -1,0 +1,82 @@
+"""TrainConfig: every setting of a training run, typed, saved in its checkpoints beside CapsNetConfig.
+
+The model's own settings (routing, iterations, reconstruction and its weight) live in
+model.capsnet.CapsNetConfig; this one holds the data, the optimisation, the hardware and the outputs.
+A checkpoint stores both as plain dicts (`asdict`), so `TrainConfig(**ckpt["train_config"])` rebuilds
+the run exactly and a model card shows typed values, not command-line strings.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from training import data
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+@dataclass
+class TrainConfig:
+    # --- data
+    dataset: str = "mnist"  # one of data.DATASETS; MultiMNIST and the affine set are made of MNIST
+    data_dir: str | None = None  # IDX files; None: data/<dataset>, fetched if empty
+    max_shift: int = 2  # random shift in pixels, each direction (section 5: 2)
+    train_limit: int = 0  # use only the first N training images (0: all)
+    val_size: int = data.VAL_SIZE  # training images held out for selection; 0: train on all 60,000
+    # --- optimisation (section 5 and the official code: Adam, exponential decay, batch 128)
+    epochs: int = 10
+    batch_size: int = 128  # per rank; the last partial batch of an epoch is dropped (static shapes)
+    lr: float = 1e-3  # Adam's TensorFlow default, the official code's
+    lr_decay: float = 0.99  # LR factor per epoch, applied smoothly per step; the official 0.96 every
+    #                         2,000 steps at batch 128 is ~0.99 per epoch of 60k; short runs want ~0.9
+    n_w: int = 1  # weight steps per batch (Algorithm 1's n_w of QP routing; 1 for every other routing)
+    n_r: int = 1  # qp: routing ascent steps per batch (Algorithm 1's n_r)
+    qp_lr: float = 1e-5  # qp: gamma, the step of the routing ascent (Eqs. 13, 15 sum over the batch)
+    seed: int = 0  # initialisation, data order and augmentation
+    # --- hardware
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    precision: str = "auto"  # bf16 autocast for the convs and the decoder (routing stays fp32), or fp32;
+    #                          auto: bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16 / AMX)
+    compile: bool = False  # torch.compile the loss; CUDA graphs (mode="reduce-overhead") on CUDA
+    channels_last: bool = True  # NHWC for the two 9x9 convs (cuDNN's and oneDNN's fast layout)
+    # --- evaluation and outputs
+    eval_every: int = 1  # epochs between validations and checkpoints; the last epoch always has one
+    eval_batch_size: int = 500
+    log_every: int = 50  # steps between progress lines (the only host syncs of an epoch)
+    out: str = "runs/mnist"  # OUT/last.pt (resumable), OUT/best.pt, OUT/metrics.json, OUT/curves.png
+    resume: bool = False  # continue from OUT/last.pt: weights, optimiser, schedule and data stream
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        for name in ("epochs", "batch_size", "eval_every", "eval_batch_size", "log_every", "n_w"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.val_size < 0 or self.train_limit < 0:
+            raise ValueError("val_size and train_limit cannot be negative")
+
+
+def native_bf16(device: str) -> bool:
+    """Whether bf16 matrix work is native here: any CUDA device with bf16 support, or a CPU with
+    AVX512-BF16 or AMX (detected, never assumed; elsewhere bf16 is emulated and slower than fp32)."""
+    if device.startswith("cuda"):
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def resolve_precision(config: TrainConfig) -> str:
+    """'bf16' or 'fp32': what config.precision means on config.device."""
+    if config.precision == "auto":
+        return "bf16" if native_bf16(config.device) else "fp32"
+    return config.precision
+
+
+def autocast(device: str, precision: str) -> torch.autocast:
+    """The autocast region of a training or evaluation step (a no-op for fp32)."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def selection(config: TrainConfig) -> str:
+    """How a run's kept weights were chosen, in words (fit's rule, the model card's text)."""
+    if config.val_size:
+        return f"the epoch with the best validation accuracy ({config.val_size:,} held-out training images)"
+    return f"the last of {config.epochs} epochs (no validation split: every training image trained on)"
