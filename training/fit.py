@@ -77,8 +77,17 @@ def hardware(device: str, world: int = 1) -> str:
     if str(device).startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
     else:
-        name = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        name = f"CPU ({cpu_model()}, {torch.get_num_threads()} threads)"
     return name + (f" x{world}" if world > 1 else "")
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what the platform module knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def setup_backends(device: str) -> None:

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from model import contract
-from model.capsnet import (CapsNet, CapsNetConfig, DigitCaps, PrimaryCaps, margin_loss, mask_capsules,
+from model.capsnet import (CapsNet, CapsNetConfig, DigitCaps, PrimaryCaps, StridedConv2d, margin_loss, mask_capsules,
                            reconstruction_loss)
 
 
@@ -113,3 +113,30 @@ def test_prediction_does_not_depend_on_the_batch(model):
     with torch.no_grad():
         batch, alone = model(x), model(x[4:5])
     assert torch.allclose(batch.lengths[4:5], alone.lengths, atol=1e-5)
+
+
+def test_strided_conv_has_nn_conv2ds_values_and_gradients():
+    """PrimaryCaps' conv takes its weight gradient on a CPU as a dilated convolution: the same
+    values and gradients as nn.Conv2d in fp32, within bf16's rounding under autocast."""
+    torch.manual_seed(0)
+    conv = StridedConv2d(16, 24, 9, 2)
+    ref = torch.nn.Conv2d(16, 24, 9, 2)
+    ref.load_state_dict(conv.state_dict())
+    x = torch.randn(4, 16, 20, 20, requires_grad=True)
+    g = torch.randn(4, 24, 6, 6)
+    grads = []
+    for module in (conv, ref):
+        for amp in (False, True):
+            module.zero_grad()
+            x.grad = None
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                y = module(x)
+            (y.float() * g).sum().backward()
+            grads.append((y.detach().float(), x.grad.clone(), module.weight.grad.clone(), module.bias.grad.clone()))
+    for ours, theirs, tol in ((grads[0], grads[2], 1e-4), (grads[1], grads[3], 2e-2)):  # fp32, bf16
+        for a, b in zip(ours, theirs):
+            assert a.dtype == b.dtype == torch.float32
+            assert (a - b).abs().max() <= tol * b.abs().max()
+    assert isinstance(PrimaryCaps().conv, StridedConv2d)
+    with pytest.raises(ValueError, match="no padding"):
+        StridedConv2d(4, 4, 3, 2, padding=1)

@@ -233,3 +233,13 @@ def test_torchrun_with_gloo_on_cpu_and_uneven_ranks(idx_dir, tmp_path):
     last = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)
     augment = last["rng"]["augment"]
     assert len(augment) == 2 and not torch.equal(augment[0], augment[1])  # each rank's stream, saved
+
+
+@pytest.mark.slow
+def test_compiled_step_trains_like_the_eager_one(idx_dir, tmp_path):
+    """--compile (torch.compile of the task's loss; CUDA graphs on CUDA) runs the same loop on a CPU."""
+    eager, run_e, _ = train.train(config(idx_dir, tmp_path / "eager"), CapsNetConfig())
+    compiled, run_c, _ = train.train(config(idx_dir, tmp_path / "compiled", compile=True), CapsNetConfig())
+    assert run_c.history[0]["train_loss"] == pytest.approx(run_e.history[0]["train_loss"], rel=1e-3)
+    for (k, a), b in zip(eager.state_dict().items(), compiled.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=k)
