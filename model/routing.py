@@ -104,6 +104,16 @@ def _route(u_hat: torch.Tensor, iters: int) -> tuple[list, list, list]:
     return cs, ss, vs
 
 
+def _squash_backward(s: torch.Tensor, grad_v: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """d L / d s of v = squash(s) (Eq. 1, eps as in squash), in closed form: v = k(n) s with n = |s|^2
+    and k = n / ((1 + n) sqrt(n + eps)), so d L / d s = k g + 2 k'(n) (g . s) s."""
+    n = (s * s).sum(-1, keepdim=True)
+    q = 1.0 / ((1.0 + n) * torch.sqrt(n + eps))  # k / n, finite at n = 0
+    k = n * q
+    dk = q - k / (1.0 + n) - 0.5 * k / (n + eps)
+    return k * grad_v + 2.0 * dk * (grad_v * s).sum(-1, keepdim=True) * s
+
+
 def _route_backward(u_hat, cs, ss, vs, grad_v, grad_c) -> torch.Tensor:
     """d L / d u_hat of _route, given d L / d v and d L / d c of its last iteration (either may be None).
 
@@ -121,9 +131,7 @@ def _route_backward(u_hat, cs, ss, vs, grad_v, grad_c) -> torch.Tensor:
         else:  # v^r reaches the loss only through the agreement a^r = u_hat . v^r, whose gradient is grad_b
             g_v = torch.bmm(grad_b.view(B * J, 1, I), uf).view(B, J, D)
             left.append(grad_b), right.append(vs[r])
-        with torch.enable_grad():
-            s = ss[r].detach().requires_grad_()
-            (g_s,) = torch.autograd.grad(squash(s), s, g_v)
+        g_s = _squash_backward(ss[r], g_v)
         g_c = torch.bmm(uf, g_s.view(B * J, D, 1)).view(B, J, I)  # from s = sum_i c_ij u_hat
         if r == R - 1 and grad_c is not None:
             g_c = g_c + grad_c
