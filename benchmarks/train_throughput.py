@@ -168,7 +168,8 @@ def main(argv=None) -> list[dict]:
                               if f"ours_{p}_images_per_s" in r)
         print(f"{r['hardware']}: training images/s at batch {BATCH}: ours {ours_line}; public-style baseline "
               f"{r['baseline_images_per_s']:.0f}; ratio {r['ratio']:.2f}x (ours at {r['default_precision']})")
-        print(f"  votes + routing r=3 for ({BATCH}, 1152, 8) primary capsules: ours {r['ours_forward_ms']:.1f} ms forward, "
+        print(f"  votes + routing r=3 for ({BATCH}, 1152, 8) primary capsules: "
+              f"ours {r['ours_forward_ms']:.1f} ms forward, "
               f"{r['ours_forward_backward_ms']:.1f} ms fwd+bwd; baseline {r['baseline_forward_ms']:.1f} / "
               f"{r['baseline_forward_backward_ms']:.1f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)

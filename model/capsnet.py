@@ -23,8 +23,8 @@ from model import contract
 from model.routing import (ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, fused_digit_routing,
                            squash)
 
-__all__ = ["squash", "capsule_length", "one_hot", "StridedConv2d", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps", "MatrixDigitCaps",
-           "Decoder", "margin_loss", "CapsNetConfig", "CapsNetOutput", "CapsNet", "create_routing"]
+__all__ = ["squash", "capsule_length", "one_hot", "StridedConv2d", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps",
+           "MatrixDigitCaps", "Decoder", "margin_loss", "CapsNetConfig", "CapsNetOutput", "CapsNet", "create_routing"]
 
 
 class _StridedConvFunction(torch.autograd.Function):

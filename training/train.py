@@ -54,7 +54,8 @@ def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
     p.add_argument("--routing", choices=ROUTINGS, default=m.routing)
     p.add_argument("--routing-iters", type=int, default=m.routing_iters, help="dynamic: r of Procedure 1; em: M-steps")
     p.add_argument("--qp-lambda", type=float, default=m.qp_lambda, help="qp: lambda of the l2/l1 penalty (Eqs. 10, 14)")
-    p.add_argument("--em-inv-temp", type=float, default=m.em_inv_temp, help="em: lambda of Eq. 27 at the last iteration")
+    p.add_argument("--em-inv-temp", type=float, default=m.em_inv_temp,
+                   help="em: lambda of Eq. 27 at the last iteration")
     p.add_argument("--no-reconstruction", dest="reconstruction", action="store_false")
     p.add_argument("--recon-weight", type=float, default=m.recon_weight,
                    help=f"weight of the sum-squared reconstruction error (paper: {m.recon_weight}; the official "

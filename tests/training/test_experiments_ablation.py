@@ -6,7 +6,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from model.capsnet import CapsNet, CapsNetConfig, margin_loss, reconstruction_loss
+from model.capsnet import CapsNet, margin_loss, reconstruction_loss
 from model.routing import dynamic_routing, routing_logit_changes, squash
 from training.experiments import ablation
 
@@ -61,8 +61,8 @@ def test_routing_logit_changes_are_the_agreements_added_per_iteration():
 
 @pytest.mark.slow
 def test_cli_trains_four_variants_and_plots_convergence(idx_dir, tmp_path):
-    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--batch-size", "32", "--epochs", "1",
-            "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path),
+    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--batch-size", "32",
+            "--epochs", "1", "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path),
             "--figure", str(tmp_path / "conv.png"), "--max-iters", "4", "--curve-images", "20"]
     ablation.main(argv + ["--seeds", "0"])
     first = (tmp_path / "runs" / "r3-recon" / "seed0" / "best.pt").stat().st_mtime_ns

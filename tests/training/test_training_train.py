@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pytest
 import torch

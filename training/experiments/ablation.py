@@ -4,8 +4,8 @@ routing-logit convergence curve.
 $ python -m training.experiments.ablation --train-limit 15000 --epochs 1    # reduced, CPU-sized
 $ python -m training.experiments.ablation --epochs 50 --lr-decay 0.99       # toward the paper's setting
 
-Trains the four CapsNets of Table 1 with training/train.py's train(), one trial per --seeds (same data and
-schedule; only --routing-iters and --no-reconstruction differ), reports each variant's mean test error
+Trains the four CapsNets of Table 1 with training/train.py's train(), one trial per --seeds (same data
+and schedule; only the routing iterations and the reconstruction differ), reports each variant's mean test error
 and its spread over the trials as Table 1 does, then measures on test images, for the trained r=3
 and r=1 networks, the mean |delta b_ij| that each routing iteration adds (routing.routing_logit_changes)
 for 1..--max-iters iterations: the curve of Fig. A.1. Writes runs/ablation/<variant>/,
@@ -127,7 +127,8 @@ def main(argv=None) -> dict:
     common.write_result(
         "ablation", rows,
         setting=f"{args.epochs} epoch(s) on {f'the first {args.train_limit:,}' if args.train_limit else 'all'} "
-                f"training images, ±2 px shifts; {len(args.seeds)} trial(s) (seeds {', '.join(map(str, args.seeds))}): "
+                f"training images, ±2 px shifts; {len(args.seeds)} trial(s) "
+                f"(seeds {', '.join(map(str, args.seeds))}): "
                 "mean test error of each trial's best epoch on validation ± sample std; wall time per trial",
         paper_setting="MNIST, ±2 px shifts, mean of 3 trials (Table 1)",
         hardware=trials[-1]["hardware"], command=common.command("training.experiments.ablation", argv),

@@ -184,7 +184,8 @@ class TranslatedDigits(Task):
 
     def __init__(self, splits: dict[str, data.Split], seed: int):
         self.train, self.train_size = splits["train"], len(splits["train"])
-        self.val_x = translate(splits["val"].images, torch.Generator(device=self.train.images.device).manual_seed(seed + 1))
+        generator = torch.Generator(device=self.train.images.device).manual_seed(seed + 1)
+        self.val_x = translate(splits["val"].images, generator)
         self.val_y = splits["val"].labels
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:

@@ -3,9 +3,9 @@
 $ python -m training.experiments.fashion --epochs 4                 # reduced, CPU-sized
 $ python -m training.experiments.fashion --epochs 50 --lr-decay 0.99
 
-Trains with training/train.py's train() on data/fashion-mnist (fetched if missing; same architecture, ±2 px
-shifts, best epoch on 5,000 held-out training images), resuming OUT/last.pt when it is there (a run
-that already has its epochs is only exported), exports the best checkpoint to model/fashion-mnist/
+Trains with training/train.py's train() on data/fashion-mnist (fetched if missing; same architecture,
+±2 px shifts, best epoch on 5,000 held-out training images), resuming OUT/last.pt when it is there (a
+run that already has its epochs is only exported), exports the best checkpoint to model/fashion-mnist/
 (contract.SHIPPED["fashion-mnist"]) with its card (accuracy measured on the ONNX graph), and writes
 docs/results/fashion.json.
 """
@@ -32,7 +32,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     config = common.train_config(args, dataset="fashion-mnist", resume=(args.out / "last.pt").exists())
     _, run, _ = train.train(config, CapsNetConfig())
-    card = export.export_checkpoint(args.out / "best.pt", args.model_dir, config.data_dir or data.fetch("fashion-mnist"))
+    data_dir = config.data_dir or data.fetch("fashion-mnist")
+    card = export.export_checkpoint(args.out / "best.pt", args.model_dir, data_dir)
     rows = [common.row("CapsNet r=3 + reconstruction", "Fashion-MNIST test error %",
                        100 * (1 - card["test_accuracy"]), PAPER_ERROR, epochs=run.kept_epoch,
                        train_images=run.kept_epoch * run.images_per_epoch, wall_seconds=run.train_seconds,
