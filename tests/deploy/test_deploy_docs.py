@@ -34,8 +34,22 @@ def test_compose_passes_every_api_setting_through():
         assert env[name] == f"${{{name}:-}}" or name == "CAPSNET_PROVIDERS", f"{name}: {env[name]}"
 
 
-def test_readme_test_command_is_what_ci_runs():
-    ci = (REPO / ".ci" / "run").read_text()
-    assert re.search(r"^make test$", ci, re.M) and re.search(r"^make docker-smoke$", ci, re.M)
-    assert "make test    # the test suite: the same command CI (.ci/run) runs" in README
-    assert "make demo" in README
+def fresh_machine_commands() -> list[str]:
+    """The commands of the README's 'Two commands on a fresh machine' block, comments stripped."""
+    section = README.split("## Two commands on a fresh machine", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+
+
+def test_readme_gives_two_set_up_commands_and_ci_runs_its_test_command():
+    commands = fresh_machine_commands()
+    assert len(commands) == 2, commands
+    demo, test = commands
+    assert test.split()[0] == demo.split()[0] == "make" and {demo.split()[1], test.split()[1]} <= make_targets()
+    ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert test in ci_lines, f"README's test command {test!r} is not what .ci/run runs"
+    assert "make docker-smoke" in ci_lines
