@@ -78,7 +78,7 @@ def test_a_lone_request_does_not_wait():
     b.close()
 
 
-def test_queue_full_is_an_error_the_route_turns_into_503():
+def test_a_full_queue_refuses_more_jobs():
     model = FakeModel()
     b = batcher(model, max_queue=2)
 
@@ -152,3 +152,40 @@ def test_metrics_expose_inference_time_and_http(client):
     text = client.get("/metrics").text
     assert "capsnet_inference_seconds_bucket" in text and "capsnet_queue_seconds_bucket" in text
     assert 'http_requests_total{handler="/predict"' in text
+
+
+def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits, monkeypatch):
+    """Through the real app: one request running (held in the model), one waiting, the next is refused
+    with 503, Retry-After and a sentence; the held ones then get their answers."""
+    batcher = app.state.engine._capsnet_batcher
+    running, release, run = threading.Event(), threading.Event(), batcher.run_batch
+
+    def held(x):
+        running.set()
+        release.wait(10)
+        return run(x)
+    monkeypatch.setattr(batcher, "run_batch", held)
+    monkeypatch.setattr(batcher, "max_queue", 1)
+    body = {"files": {"file": ("d.png", png_bytes(digits[0][0]))}, "params": {"include": ""}}
+
+    async def until(condition):
+        for _ in range(1000):  # at most ~10 s
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("timed out")
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:
+            first = asyncio.ensure_future(ac.post("/predict", **body))
+            await until(running.is_set)  # the batcher took it and is held in the model
+            second = asyncio.ensure_future(ac.post("/predict", **body))
+            await until(lambda: batcher._queue.qsize() == 1)  # it waits in the queue
+            refused = await ac.post("/predict", **body)
+            release.set()
+            return refused, await first, await second
+
+    refused, first, second = asyncio.run(scenario())
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "busy" in refused.json()["detail"]
+    assert first.status_code == second.status_code == 200
