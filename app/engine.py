@@ -4,11 +4,14 @@ Paper: `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
     https://arxiv.org/abs/1710.09829
 
 Sessions are created once (the app's lifespan), on the providers of the settings that this
-onnxruntime build has; the providers really in use are `session.get_providers()` (ORT falls back
-to CPU silently when CUDA cannot load) and that is what gets logged and shown. A warm-up run at
+onnxruntime build has and this host can run (CUDA only where the driver reports a device, probed
+before onnxruntime's loader gets to log its errors); the providers really in use are
+`session.get_providers()` (ORT still falls back to CPU when CUDA cannot start) and that is what
+gets logged and shown. A warm-up run at
 batch 1 and max_batch precedes readiness (cuDNN picks its conv algorithms on first sight of a
 shape; HEURISTIC search keeps that short).
 """
+import ctypes
 import json
 import logging
 import threading
@@ -51,18 +54,42 @@ def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray | None = None) ->
     return np.ascontiguousarray(maps.transpose(2, 0, 1), dtype=np.float32)  # (10, 6, 6)
 
 
-def select_providers(requested: list[str]) -> list[Any]:
-    """The requested providers this onnxruntime build has, in order, with their options."""
+def cuda_devices() -> int:
+    """CUDA devices the NVIDIA driver reports; 0 without a driver or a GPU.
+
+    cuInit and cuDeviceGetCount from libcuda through ctypes: a probe that needs no CUDA toolkit and
+    runs before onnxruntime's CUDA loader, which logs an ERROR for every library it cannot load.
+    """
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def select_providers(requested: list[str], explicit: bool = True) -> list[Any]:
+    """The requested providers this onnxruntime build has and this host can run, in order, with options.
+
+    CUDA is left out without asking onnxruntime when no CUDA device is usable (cuda_devices): one
+    WARNING if the settings asked for it explicitly, one INFO line if it came from the defaults.
+    """
     available = ort.get_available_providers()
     chosen = [p for p in requested if p in available]
-    if not chosen:
-        raise RuntimeError(f"none of the execution providers {requested} is available; this onnxruntime "
-                           f"has {available}")
-    if "CUDAExecutionProvider" in chosen and hasattr(ort, "preload_dlls"):
-        ort.preload_dlls()  # CUDA/cuDNN from the pip `nvidia-*` wheels; the driver comes from the host
     skipped = [p for p in requested if p not in available]
     if skipped:
         log.warning("execution providers %s are not in this onnxruntime build; skipped", skipped)
+    if "CUDAExecutionProvider" in chosen and cuda_devices() == 0:
+        chosen.remove("CUDAExecutionProvider")
+        (log.warning if explicit else log.info)(
+            "CUDAExecutionProvider left out: no usable CUDA device here (no NVIDIA driver or no GPU)")
+    if not chosen:
+        raise RuntimeError(f"none of the execution providers {requested} can run here; this onnxruntime "
+                           f"has {available}, and {cuda_devices()} CUDA device(s) are usable")
+    if "CUDAExecutionProvider" in chosen and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # CUDA/cuDNN from the pip `nvidia-*` wheels; the driver comes from the host
     return [(p, PROVIDER_OPTIONS[p]) if p in PROVIDER_OPTIONS else p for p in chosen]
 
 
@@ -77,15 +104,16 @@ class Engine:
     def __init__(self, settings: Settings, metrics: EngineMetrics | None = None):
         self.settings = settings
         self.card = json.loads((settings.model_dir / contract.MODEL_CARD).read_text())
+        self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
         self.capsnet = self._session(contract.CAPSNET_ONNX)
         self.decoder = self._session(contract.DECODER_ONNX)
         self.output_names = self._check_contract()
         self.providers = self.capsnet.get_providers()
         log.info("model %s %s loaded from %s; execution providers in use: %s", self.name, self.version,
                  settings.model_dir, self.providers)
-        if self.providers[0] != settings.providers[0]:
-            log.warning("%s was asked for first but the session runs on %s", settings.providers[0],
-                        self.providers[0])
+        first = self._providers[0] if isinstance(self._providers[0], str) else self._providers[0][0]
+        if self.providers[0] != first:  # onnxruntime could not start it and fell back
+            log.warning("%s was asked for first but the session runs on %s", first, self.providers[0])
         wait = settings.max_wait_ms / 1000
         self._capsnet_batcher = DynamicBatcher(self._run_capsnet, "capsnet", settings.max_batch, wait,
                                                settings.max_queue, metrics)
@@ -112,8 +140,7 @@ class Engine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.settings.intra_op_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
-        return ort.InferenceSession(str(self.settings.model_dir / filename), options,
-                                    providers=select_providers(self.settings.providers))
+        return ort.InferenceSession(str(self.settings.model_dir / filename), options, providers=self._providers)
 
     def _check_contract(self) -> list[str]:
         """The capsnet outputs to fetch; raises if either graph does not follow model/contract.py."""

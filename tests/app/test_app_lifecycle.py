@@ -1,4 +1,5 @@
 """Start-up: settings fail loudly, /ready is 503 until warm-up, app/ never loads torch."""
+import logging
 import subprocess
 import sys
 
@@ -6,6 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from app import engine as engine_module
 from app.deps import get_engine
 from app.engine import Engine
 from app.main import create_app
@@ -25,10 +27,41 @@ def test_ready_is_503_before_warm_up(settings):
     assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"]}
 
 
-def test_providers_in_use_come_from_the_session(settings):
-    engine = Engine(settings.model_copy(update={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}))
-    assert engine.providers == engine.capsnet.get_providers()
-    assert engine.providers[-1] == "CPUExecutionProvider"
+@pytest.mark.parametrize("explicit", [True, False])
+def test_cuda_without_a_usable_device_is_left_out_with_one_line(settings, monkeypatch, caplog, explicit):
+    """No CUDA device: CUDA is not handed to onnxruntime at all; one WARNING when the settings asked
+    for it, one INFO line when it came from the defaults, never an ERROR."""
+    monkeypatch.setattr(engine_module, "cuda_devices", lambda: 0)
+    asked = settings.model_copy(update={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]})
+    if not explicit:
+        asked = Settings(model_dir=settings.model_dir, intra_op_threads=1)  # the default providers
+    with caplog.at_level("INFO", logger="app.engine"):
+        engine = Engine(asked)
+    assert engine.providers == ["CPUExecutionProvider"]
+    about_cuda = [r for r in caplog.records if "CUDA" in r.getMessage()]
+    assert len(about_cuda) == 1 and "no usable CUDA device" in about_cuda[0].getMessage()
+    assert about_cuda[0].levelname == ("WARNING" if explicit else "INFO")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_start_up_without_a_gpu_prints_no_error_line():
+    """onnxruntime's CUDA loader used to print about ten red ERROR lines before falling back."""
+    if engine_module.cuda_devices():
+        pytest.skip("this host has a CUDA device")
+    code = ("import logging; logging.basicConfig(level='INFO'); from app.engine import Engine; "
+            "from app.settings import Settings; Engine(Settings(intra_op_threads=1))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=contract.MODEL_DIR.parent)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "ERROR" not in output and "[E:" not in output and "Failed to load" not in output, output
+    assert "execution providers in use: ['CPUExecutionProvider']" in output
+
+
+def test_no_runnable_provider_is_refused_with_a_reason(monkeypatch):
+    monkeypatch.setattr(engine_module, "cuda_devices", lambda: 0)
+    with pytest.raises(RuntimeError, match="can run here"):
+        engine_module.select_providers(["CUDAExecutionProvider"])
 
 
 def test_env_settings(monkeypatch):
