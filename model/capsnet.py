@@ -42,11 +42,16 @@ class _StridedConvFunction(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         x, weight = ctx.saved_tensors
         s, (kh, kw) = ctx.stride, weight.shape[-2:]
-        grad_x = torch.nn.grad.conv2d_input(x.shape, weight, grad, stride=s) if ctx.needs_input_grad[0] else None
+        # in the gradient's dtype, as the forward's conv ran (bf16 under autocast, where the saved fp32
+        # x and weight were cast on the fly); each gradient is returned in its input's dtype
+        xs, ws = x.to(grad.dtype), weight.to(grad.dtype)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.nn.grad.conv2d_input(x.shape, ws, grad, stride=s).to(x.dtype)
         # dL/dW[o, c, p, q] = sum_{b, y, x} g[b, o, y, x] in[b, c, s y + p, s x + q]: the input's channels
         # as a batch, convolved with the gradient's (batch as channels) dilated by the stride
-        grad_w = F.conv2d(x.transpose(0, 1), grad.transpose(0, 1), dilation=s).transpose(0, 1)[..., :kh, :kw]
-        return grad_x, grad_w, grad.float().sum((0, 2, 3)), None
+        grad_w = F.conv2d(xs.transpose(0, 1), grad.transpose(0, 1), dilation=s).transpose(0, 1)[..., :kh, :kw]
+        return grad_x, grad_w.to(weight.dtype), grad.float().sum((0, 2, 3)), None
 
 
 class StridedConv2d(nn.Conv2d):

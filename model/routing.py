@@ -152,37 +152,60 @@ def _votes(u: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return u_hat.view(I, -1, J, D).permute(1, 2, 0, 3).contiguous()
 
 
+def _routing_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The one dtype the fused routing computes in: float32, or float64 if an input is float64."""
+    dtype = torch.float32
+    for d in dtypes:
+        dtype = torch.promote_types(dtype, d)
+    return dtype
+
+
 class _FusedDigitRouting(torch.autograd.Function):
     """Votes and Procedure 1 over chunks of the batch, the votes never stored (see fused_digit_routing)."""
 
+    # Both passes run in fp32 (fp64 for fp64 inputs, as in gradcheck) whatever the autocast state they
+    # run or are traced under: the inputs and the incoming gradients are cast explicitly to that one
+    # dtype and autocast is off inside each. An eager backward runs outside the caller's autocast
+    # region, but torch.compile traces this backward into its graph under the caller's bf16 autocast
+    # (as does a backward called inside the region): there each bmm would come out in bf16, and the
+    # in-place baddbmm_ into the fp32 grad_W would get mixed dtypes.
+
     @staticmethod
     def forward(ctx, u: torch.Tensor, W: torch.Tensor, iters: int, chunk: int):
-        u, W = u.contiguous(), W.contiguous()  # no-ops unless, say, W was made channels_last
-        parts = [_route(_votes(u[k:k + chunk], W), iters) for k in range(0, len(u), chunk)]
-        cs, ss, vs = ([torch.cat([p[n][r] for p in parts]) for r in range(iters)] for n in range(3))
+        ctx.dtypes = u.dtype, W.dtype
+        dtype = _routing_dtype(u.dtype, W.dtype)
+        with torch.autocast(u.device.type, enabled=False):
+            # contiguous: a no-op unless, say, W was made channels_last
+            u, W = u.to(dtype).contiguous(), W.to(dtype).contiguous()
+            parts = [_route(_votes(u[k:k + chunk], W), iters) for k in range(0, len(u), chunk)]
+            cs, ss, vs = ([torch.cat([p[n][r] for p in parts]) for r in range(iters)] for n in range(3))
         ctx.save_for_backward(u, W, *cs, *ss, *vs)
         ctx.iters, ctx.chunk = iters, chunk
-        return vs[-1], cs[-1].transpose(1, 2)
+        return vs[-1], cs[-1].transpose(1, 2)  # in the routing dtype, as dynamic_routing on fp32 votes
 
     @staticmethod
     def backward(ctx, grad_v: torch.Tensor | None, grad_c: torch.Tensor | None):
-        u, W, *saved = ctx.saved_tensors
+        u, W, *saved = ctx.saved_tensors  # all in the routing dtype (see forward)
         R, n = ctx.iters, ctx.chunk
         cs, ss, vs = saved[:R], saved[R:2 * R], saved[2 * R:]
         I, J, D, K = W.shape
         W_flat = W.view(I, J * D, K)
-        grad_u, grad_W = torch.empty_like(u), torch.zeros_like(W)
-        for k in range(0, len(u), n):
-            part = slice(k, k + n)
-            u_part = u[part].transpose(0, 1)  # (N_in, b, K)
-            u_hat = _votes(u[part], W)  # recomputed: cheaper than storing (B, 10, 1152, 16)
-            g = _route_backward(u_hat, [c[part] for c in cs], [s[part] for s in ss], [v[part] for v in vs],
-                                None if grad_v is None else grad_v[part],
-                                None if grad_c is None else grad_c[part].transpose(1, 2))
-            g = g.permute(2, 0, 1, 3).reshape(I, -1, J * D)  # (N_in, b, N_out * D), child-major like W
-            grad_W.view(I, J * D, K).baddbmm_(g.transpose(1, 2), u_part)  # sum_b g u^T
-            grad_u[part] = torch.bmm(g, W_flat).transpose(0, 1)  # W^T g
-        return grad_u, grad_W, None, None
+        with torch.autocast(u.device.type, enabled=False):
+            grad_v = None if grad_v is None else grad_v.to(u.dtype)  # may arrive in bf16
+            grad_c = None if grad_c is None else grad_c.to(u.dtype)
+            grad_u, grad_W = torch.empty_like(u), torch.zeros_like(W)
+            for k in range(0, len(u), n):
+                part = slice(k, k + n)
+                u_part = u[part].transpose(0, 1)  # (N_in, b, K)
+                u_hat = _votes(u[part], W)  # recomputed: cheaper than storing (B, 10, 1152, 16)
+                g = _route_backward(u_hat, [c[part] for c in cs], [s[part] for s in ss], [v[part] for v in vs],
+                                    None if grad_v is None else grad_v[part],
+                                    None if grad_c is None else grad_c[part].transpose(1, 2))
+                g = g.permute(2, 0, 1, 3).reshape(I, -1, J * D)  # (N_in, b, N_out * D), child-major like W
+                grad_W.view(I, J * D, K).baddbmm_(g.transpose(1, 2), u_part)  # sum_b g u^T
+                grad_u[part] = torch.bmm(g, W_flat).transpose(0, 1)  # W^T g
+        u_dtype, W_dtype = ctx.dtypes  # each gradient in its input's dtype
+        return grad_u.to(u_dtype), grad_W.to(W_dtype), None, None
 
 
 def fused_digit_routing(u: torch.Tensor, W: torch.Tensor, iters: int = 3,

@@ -112,3 +112,28 @@ def test_training_forward_uses_the_fused_routing_with_the_same_result():
     assert votes_eval.shape == (3, 1152, 10, 16)
     torch.testing.assert_close(v, v_eval)
     torch.testing.assert_close(c, c_eval)
+
+
+def test_fused_digit_routing_is_fp32_under_bf16_autocast_and_with_bf16_inputs():
+    """The fused routing computes in fp32 whatever the autocast state and input dtypes: run (and
+    differentiated) inside a bf16 autocast region, as torch.compile traces its backward, and fed bf16
+    capsules and bf16 output gradients, it matches the fp32 computation on the same values."""
+    torch.manual_seed(0)
+    u, W = squash(torch.randn(4, 12, 8)), 0.1 * torch.randn(12, 10, 16, 8)
+    gv, gc = torch.randn(4, 10, 16), torch.randn(4, 12, 10)
+
+    def run(u, W, gv, gc, amp):
+        u, W = u.clone().requires_grad_(), W.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            v, c = fused_digit_routing(u, W, 3, 3)
+            torch.autograd.backward((v, c), (gv, gc))
+        return v, c, u.grad, W.grad
+
+    u16, gv16, gc16 = u.bfloat16(), gv.bfloat16(), gc.bfloat16()
+    ref = run(u16.float(), W, gv16.float(), gc16.float(), amp=False)
+    for u_in, gv_in, gc_in in (u16.float(), gv16.float(), gc16.float()), (u16, gv16, gc16):
+        v, c, grad_u, grad_W = run(u_in, W, gv_in, gc_in, amp=True)
+        assert v.dtype == c.dtype == grad_W.dtype == torch.float32
+        assert grad_u.dtype == u_in.dtype  # each gradient in its input's dtype
+        for a, b in zip((v, c, grad_u, grad_W), ref):
+            torch.testing.assert_close(a, b.to(a.dtype), rtol=0, atol=1e-5)
