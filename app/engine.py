@@ -27,7 +27,10 @@ from model import contract
 
 log = logging.getLogger(__name__)
 
-PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}
+# use_tf32 0: with TF32 convolutions and matmuls (ORT's default on Ampere and later) the CUDA outputs
+# left the CPU's by up to 1.2e-3 (reconstruction) and 1.2e-4 (lengths) on an H100; in fp32, 2.1e-6
+# (benchmarks/provider_parity.py, 1,000 test images), at no measurable cost for a model this small.
+PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
 REQUIRED_OUTPUTS = (contract.LENGTHS, contract.CAPSULES, contract.ROUTING, contract.RECONSTRUCTION)
 Outputs = dict[str, np.ndarray]  # contract output name -> array
 
@@ -175,6 +178,16 @@ class Engine:
         masked[np.arange(len(digits)), digits] = capsules
         (reconstruction,) = await self._decoder_batcher.submit(masked)
         return reconstruction
+
+    def outputs_of(self, session: ort.InferenceSession) -> list[str]:
+        """The output names infer() returns for one of the engine's two sessions."""
+        return self.output_names if session is self.capsnet else list(contract.DECODER_OUTPUTS)
+
+    async def infer(self, session: ort.InferenceSession, x: np.ndarray) -> Outputs:
+        """Raw graph tensors through that graph's batcher (the Open Inference Protocol's infer): the
+        CapsNet's images (n, 1, H, W) or the decoder's masked capsules (n, 10, 16) -> its outputs."""
+        batcher = self._capsnet_batcher if session is self.capsnet else self._decoder_batcher
+        return dict(zip(self.outputs_of(session), await batcher.submit(x)))
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:

@@ -12,7 +12,7 @@ from app.engine import Engine
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
 from app.middleware import REQUEST_ID, BodyLimitMiddleware, RequestIdMiddleware
-from app.routes import health, predict, reconstruct
+from app.routes import health, inference_protocol, predict, reconstruct
 from app.settings import Settings, get_settings
 
 DESCRIPTION = """CapsNet (Sabour, Frosst & Hinton 2017, https://arxiv.org/abs/1710.09829) on ONNX Runtime.
@@ -44,6 +44,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=[REQUEST_ID])
-    for module in (predict, reconstruct, health):
+    for module in (predict, reconstruct, health, inference_protocol):
         app.include_router(module.router)
     return app

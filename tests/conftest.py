@@ -1,8 +1,15 @@
-"""Shared fixtures: the committed MNIST slice and the repository paths. No network, no ../shared."""
+"""Shared fixtures: the committed MNIST slice, the repository paths and the real API served on
+loopback (app.main.create_app with the shipped model on CPU, uvicorn in a thread on a free port,
+waited on until /ready). No network beyond 127.0.0.1, no ../shared."""
+import socket
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
+import uvicorn
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -13,3 +20,43 @@ def mnist_fixture() -> tuple[np.ndarray, np.ndarray]:
     """The first 1,000 MNIST test images (uint8 (1000, 28, 28)) and labels (int64 (1000,))."""
     with np.load(FIXTURES / "mnist_test_1000.npz") as f:
         return f["images"], f["labels"].astype(np.int64)
+
+
+START_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_ready(url: str, thread: threading.Thread) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not thread.is_alive():
+            raise RuntimeError(f"the API at {url} stopped during start-up (see the log above)")
+        try:
+            if httpx.get(f"{url}/ready", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"the API at {url} was not ready within {START_TIMEOUT_S:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def api_url():
+    from app.main import create_app
+    from app.settings import Settings
+
+    port = free_port()
+    settings = Settings(providers=["CPUExecutionProvider"], host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="capsnet-api", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_until_ready(url, thread)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=10)

@@ -101,6 +101,19 @@ CASES = [
     ("batch of 257", "POST", "/reconstruct", {"json": {"items": [{"digit": 1, "capsule": CAPSULE}] * 257}}, {}),
     ("reconstruct multipart", "POST", "/reconstruct", upload(PNG), {}),
     ("reconstruct invalid JSON", "POST", "/reconstruct", json_body("{digit: 1}"), {}),
+    # the Open Inference Protocol: {"error": ...} as the protocol says (the path's own {name} is no model)
+    ("v2 metadata of no model", "GET", "/v2/models/{name}", {}, {}),
+    ("v2 metadata of a version not served", "GET", "/v2/models/{name}/versions/{version}", {}, {}),
+    ("v2 readiness of no model", "GET", "/v2/models/{name}/ready", {}, {}),
+    ("v2 readiness of a version not served", "GET", "/v2/models/{name}/versions/{version}/ready", {}, {}),
+    ("v2 infer on no model", "POST", "/v2/models/{name}/infer", {"json": {"inputs": []}}, {}),
+    ("v2 infer on a version not served", "POST", "/v2/models/{name}/versions/{version}/infer", {"json": {}}, {}),
+    ("v2 infer not JSON", "POST", "/v2/models/mnist/infer", {"content": b"\x89PNG"}, {}),
+    ("v2 infer NaN", "POST", "/v2/models/mnist/infer",
+     json_body('{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": [%s]}]}'
+               % ", ".join(["NaN"] * 784)), {}),
+    ("v2 infer wrong rank", "POST", "/v2/models/mnist/infer",
+     {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [784], "data": [0] * 784}]}}, {}),
 ]
 
 
@@ -117,7 +130,7 @@ def test_every_route_that_takes_input_is_attacked(app):
 def test_hostile_input_is_a_4xx_with_a_sentence(client, name, method, path, kwargs, params):
     r = client.request(method, path, params=params, **kwargs)
     assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
-    detail = r.json()["detail"]
+    detail = r.json()["error" if path.startswith("/v2/") else "detail"]
     assert isinstance(detail, str) and len(detail) > 8, detail
     assert "Traceback" not in r.text and 'File "' not in r.text
 

@@ -1,56 +1,8 @@
-"""Fixtures for the demo: the real API served in-process on loopback, a client of it, the demo itself.
-
-The API is app.main.create_app with the shipped model on CPU, run by uvicorn in a thread on a free
-port; the fixture waits for /ready. No network beyond 127.0.0.1.
-"""
-import socket
-import threading
-import time
-
-import httpx
+"""Fixtures for the demo: a client of the real API (tests/conftest.py's api_url), the demo itself."""
 import pytest
-import uvicorn
 
 from frontend.app import ApiClient, DemoSettings, launch
-
-START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_ready(url: str, thread: threading.Thread) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not thread.is_alive():
-            raise RuntimeError(f"the API at {url} stopped during start-up (see the log above)")
-        try:
-            if httpx.get(f"{url}/ready", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"the API at {url} was not ready within {START_TIMEOUT_S:.0f} s")
-
-
-@pytest.fixture(scope="session")
-def api_url():
-    from app.main import create_app
-    from app.settings import Settings
-
-    port = free_port()
-    settings = Settings(providers=["CPUExecutionProvider"], host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="capsnet-api", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until_ready(url, thread)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+from tests.conftest import free_port
 
 
 @pytest.fixture
