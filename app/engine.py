@@ -201,11 +201,13 @@ class Engine:
         log.info("warm-up done; ready on %s", self.providers)
 
     def start(self) -> None:
-        """Start the batchers and warm up on a background thread (GET /ready says when done)."""
+        """Start the batchers and, unless already warm, warm up on a background thread (GET /ready
+        says when done)."""
         self._capsnet_batcher.start()
         self._decoder_batcher.start()
-        self.state = "warming up"
-        self._warmer.start()
+        if not self.ready:
+            self.state = "warming up"
+            self._warmer.start()
 
     def _warm_up_logged(self) -> None:
         try:

@@ -24,8 +24,8 @@ with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
-    engine = Engine(app.state.settings, app.state.metrics)
-    engine.start()  # warms up in the background; GET /ready says when done
+    engine = app.state.engine or Engine(app.state.settings, app.state.metrics)  # python -m app brings its own
+    engine.start()  # warms up in the background unless already warm; GET /ready says when done
     app.state.engine = engine
     try:
         yield
@@ -34,9 +34,11 @@ async def lifespan(app: FastAPI):
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app on settings. Its lifespan starts app.state.engine when one was set (`python -m app`
+    loads and warms one up before serving), else it loads one and warms it up in the background."""
     settings = settings or get_settings()
     app = FastAPI(title="CapsNet service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
-    app.state.settings = settings
+    app.state.settings, app.state.engine = settings, None
     app.state.metrics = setup_metrics(app)
     register_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -95,3 +95,25 @@ def test_cors_only_for_configured_origins(settings):
 def test_app_never_imports_torch():
     code = "import sys, app.main, app.__main__; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=contract.MODEL_DIR.parent)
+
+
+@pytest.mark.parametrize("break_it, why", [
+    ("garbage", "INVALID_PROTOBUF"),  # capsnet.onnx is not an ONNX file: loading fails
+    ("multimnist", "Expected: 36"),  # a 36x36 graph behind the 28x28 service: warm-up fails
+])
+def test_a_model_that_cannot_serve_ends_the_process_with_one_line(tmp_path, break_it, why):
+    """python -m app exits non-zero and says why in one line (it used to stay up, /ready 503 forever)."""
+    import shutil
+    source = contract.SHIPPED["multimnist"].directory if break_it == "multimnist" else contract.MODEL_DIR
+    for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
+        shutil.copy(source / name, tmp_path / name)
+    if break_it == "garbage":
+        (tmp_path / contract.CAPSNET_ONNX).write_bytes(b"not a model")
+    env = {"CAPSNET_MODEL_DIR": str(tmp_path), "CAPSNET_PROVIDERS": "CPUExecutionProvider",
+           "CAPSNET_PORT": "1", "PATH": "/usr/bin:/bin"}  # never reached: it must stop before serving
+    proc = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True, timeout=120,
+                          cwd=contract.MODEL_DIR.parent, env=env)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"cannot serve the model in {tmp_path}: ") and why in last, proc.stderr
+    assert "Traceback" not in proc.stderr
