@@ -27,7 +27,7 @@ def main() -> None:
         sys.exit(f"cannot serve the model in {settings.model_dir}: {' '.join(str(exc).split())}")
     # one process, one engine: concurrency comes from the event loop and the batcher, not workers
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=settings.shutdown_timeout_s)
+                timeout_graceful_shutdown=settings.shutdown_timeout_s, timeout_keep_alive=settings.keep_alive_s)
 
 
 if __name__ == "__main__":

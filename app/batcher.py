@@ -32,6 +32,10 @@ class QueueFullError(Exception):
     """More requests are waiting than max_queue allows; the client should retry later."""
 
 
+class DeadlineError(Exception):
+    """A request waited for the model longer than its deadline; it is dropped if it has not run yet."""
+
+
 @dataclass
 class _Job:
     x: np.ndarray  # (n, ...)
@@ -50,11 +54,13 @@ class DynamicBatcher:
         max_batch: most rows per run; 1 turns batching off. A larger single job runs alone.
         max_wait: seconds a batch under load waits for more jobs after its first one arrived.
         max_queue: most jobs waiting; beyond it `submit` raises QueueFullError.
+        deadline: seconds a job may wait for its outputs, queue included; beyond it `submit` raises
+            DeadlineError (None: no deadline).
     """
 
     def __init__(self, run_batch: RunBatch, name: str, max_batch: int, max_wait: float, max_queue: int,
-                 metrics: EngineMetrics | None = None):
-        self.run_batch, self.name = run_batch, name
+                 metrics: EngineMetrics | None = None, deadline: float | None = None):
+        self.run_batch, self.name, self.deadline = run_batch, name, deadline
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.metrics = metrics
         self._queue: queue.Queue = queue.Queue()
@@ -77,7 +83,11 @@ class DynamicBatcher:
         self._queue.put(job)
         if self.metrics:
             self.metrics.queue_depth.set(self._queue.qsize())
-        return await asyncio.wrap_future(job.future)
+        try:  # cancelling the wrapper cancels a job still queued: the loop then drops it
+            return await asyncio.wait_for(asyncio.wrap_future(job.future), self.deadline)
+        except TimeoutError:
+            raise DeadlineError(f"the model did not answer within {self.deadline:g} s (the server is overloaded); "
+                                "retry shortly") from None
 
     # --- the batching thread ---------------------------------------------------------------------
     def _next(self, timeout: float | None):

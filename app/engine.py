@@ -118,10 +118,11 @@ class Engine:
         if self.providers[0] != first:  # onnxruntime could not start it and fell back
             log.warning("%s was asked for first but the session runs on %s", first, self.providers[0])
         wait = settings.max_wait_ms / 1000
+        deadline = settings.request_deadline_s
         self._capsnet_batcher = DynamicBatcher(self._run_capsnet, "capsnet", settings.max_batch, wait,
-                                               settings.max_queue, metrics)
+                                               settings.max_queue, metrics, deadline)
         self._decoder_batcher = DynamicBatcher(self._run_decoder, "decoder", settings.max_reconstruct_batch,
-                                               wait, settings.max_queue, metrics)
+                                               wait, settings.max_queue, metrics, deadline)
         self._warmer = threading.Thread(target=self._warm_up_logged, name="warm-up", daemon=True)
         self.ready = False
         self.state = "loaded, not warmed up"

@@ -3,7 +3,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.batcher import QueueFullError
+from app.batcher import DeadlineError, QueueFullError
 from app.imaging import ImageError
 
 MAX_ERRORS_SHOWN = 5
@@ -32,7 +32,12 @@ async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": "1"})
 
 
+async def _late(request: Request, exc: DeadlineError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, 504, headers={"Retry-After": "1"})
+
+
 def register_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(ImageError, _image)
     app.add_exception_handler(QueueFullError, _busy)
+    app.add_exception_handler(DeadlineError, _late)

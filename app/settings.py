@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     max_batch: int = Field(64, ge=1, le=1024, description="1 turns batching off")
     max_wait_ms: float = Field(2.0, ge=0.0, le=1000.0)
     max_queue: int = Field(1024, ge=1)
+    request_deadline_s: float = Field(30.0, gt=0, description="a request still waiting for the model "
+                                      "after this long answers 504 (and is dropped if it has not run)")
     # --- request limits --------------------------------------------------------------------------
     max_body_bytes: int = Field(5 * MB, ge=1024)
     max_pixels: int = Field(40_000_000, ge=contract.IMAGE_SIZE ** 2)
@@ -53,6 +55,9 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     shutdown_timeout_s: float = Field(20.0, gt=0, description="graceful shutdown: in-flight requests finish first")
+    # above the idle timeouts of common load balancers (AWS ALB and GCP's 60 s, nginx upstream 60 s), so
+    # that the balancer, not the server, closes an idle connection and never sends on a closing one
+    keep_alive_s: int = Field(75, ge=1, description="HTTP keep-alive timeout of idle connections")
 
     @field_validator("providers", "cors_origins", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ binary tensor data extension, what tritonclient sends by default): the header
 `Inference-Header-Content-Length` gives the JSON part's length, an input's
 `parameters.binary_data_size` its byte count, and an output asked for with `parameters.binary_data`
 comes back the same way. Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an
-unknown model, 503 while not ready or when the queue is full.
+unknown model, 503 while not ready or when the queue is full, 504 past the request deadline.
 """
 import json
 import math
@@ -20,7 +20,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.batcher import QueueFullError
+from app.batcher import DeadlineError, QueueFullError
 from app.deps import EngineDep
 from app.engine import Engine
 
@@ -191,8 +191,9 @@ async def infer(name: str, request: Request, engine: EngineDep, version: str | N
         results = await engine.infer(session, x)
     except ProtocolError as exc:
         return error(str(exc), exc.status)
-    except QueueFullError as exc:
-        return JSONResponse({"error": str(exc)}, 503, headers={"Retry-After": "1"})
+    except (QueueFullError, DeadlineError) as exc:
+        status = 503 if isinstance(exc, QueueFullError) else 504
+        return JSONResponse({"error": str(exc)}, status, headers={"Retry-After": "1"})
     outputs, chunks = [], []
     for out_name, as_binary in wanted:
         array = np.ascontiguousarray(results[out_name], dtype="<f4")

@@ -189,3 +189,37 @@ def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert "busy" in refused.json()["detail"]
     assert first.status_code == second.status_code == 200
+
+
+def test_a_request_past_its_deadline_answers_504_over_http(app, client, digits, monkeypatch):
+    """A request that waits for the model longer than request_deadline_s gets 504 and a sentence, and
+    a request still queued then is dropped, not run."""
+    batcher = app.state.engine._capsnet_batcher
+    running, release, run, ran = threading.Event(), threading.Event(), batcher.run_batch, []
+
+    def held(x):
+        running.set()
+        release.wait(10)
+        ran.append(len(x))
+        return run(x)
+    monkeypatch.setattr(batcher, "run_batch", held)
+    monkeypatch.setattr(batcher, "deadline", 0.3)
+    body = {"files": {"file": ("d.png", png_bytes(digits[0][0]))}, "params": {"include": ""}}
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:
+            first = asyncio.ensure_future(ac.post("/predict", **body))  # runs, held in the model
+            for _ in range(1000):
+                if running.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            late = await ac.post("/predict", **body)  # queued behind it past the deadline
+            release.set()
+            return late, await first
+
+    late, first = asyncio.run(scenario())
+    assert late.status_code == 504 and "did not answer within 0.3 s" in late.json()["detail"]
+    assert first.status_code == 504  # it ran, but past its deadline
+    monkeypatch.setattr(batcher, "deadline", 30.0)
+    assert client.post("/predict", **body).status_code == 200
+    assert ran == [1, 1]  # the held request, then this one: the late one was dropped from the queue
