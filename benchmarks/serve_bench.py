@@ -215,6 +215,7 @@ def main(argv=None) -> dict:
     p.add_argument("--serve", type=int, metavar="MAX_BATCH", help=argparse.SUPPRESS)
     p.add_argument("--seconds", type=float, default=SECONDS)
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)))
+    p.add_argument("--out", type=Path, default=RESULTS / "serve_bench.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
     if args.serve is not None:
         serve(args.serve)
@@ -232,9 +233,9 @@ def main(argv=None) -> dict:
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
               "seconds": args.seconds, "bare_session_run": bare,
               "rows": rows, "targets": targets(rows, bare, on_gpu)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serve_bench.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "serve_bench.md").write_text(markdown(report))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
     return report
 

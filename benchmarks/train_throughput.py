@@ -143,8 +143,8 @@ def bench_device(device: str, steps: int, compile: bool) -> dict:
     task = digits(device)
     default = resolve_precision(TrainConfig(device=device))
     precisions = ["fp32"] + (["bf16"] if native_bf16(device) else [])
-    result = {"device": device, "hardware": hardware(device), "batch": BATCH, "steps": steps, "compile": compile,
-              "default_precision": default}
+    result = {"device": device, "hardware": hardware(device), "torch": torch.__version__, "batch": BATCH,
+              "steps": steps, "compile": compile, "default_precision": default}
     for precision in precisions:
         result[f"ours_{precision}_images_per_s"] = BATCH / ours(task, device, precision, compile, steps)
     result["baseline_images_per_s"] = BATCH / baseline(task, device, steps)
@@ -172,8 +172,12 @@ def main(argv=None) -> list[dict]:
               f"ours {r['ours_forward_ms']:.1f} ms forward, "
               f"{r['ours_forward_backward_ms']:.1f} ms fwd+bwd; baseline {r['baseline_forward_ms']:.1f} / "
               f"{r['baseline_forward_backward_ms']:.1f} ms")
+    # one row per (hardware, compile): a run on one machine keeps the rows measured on others
+    kept = json.loads(args.out.read_text())["results"] if args.out.exists() else []
+    fresh = {(r["hardware"], r["compile"]) for r in results}
+    rows = [r for r in kept if (r["hardware"], r["compile"]) not in fresh] + results
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"torch": torch.__version__, "results": results}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"results": rows}, indent=2) + "\n")
     return results
 
 

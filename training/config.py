@@ -41,6 +41,8 @@ class TrainConfig:
     # --- evaluation and outputs
     eval_every: int = 1  # epochs between validations and checkpoints; the last epoch always has one
     eval_batch_size: int = 500
+    time_limit: float = 0.0  # seconds of fit() (training and validation); the epoch that passes it is the
+    #                          last, validated and checkpointed as the planned last would be (0: no limit)
     log_every: int = 50  # steps between progress lines (the only host syncs of an epoch)
     out: str = "runs/mnist"  # OUT/last.pt (resumable), OUT/best.pt, OUT/metrics.json, OUT/curves.png
     resume: bool = False  # continue from OUT/last.pt: weights, optimiser, schedule and data stream
@@ -51,8 +53,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_every", "eval_batch_size", "log_every", "n_w"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.val_size < 0 or self.train_limit < 0:
-            raise ValueError("val_size and train_limit cannot be negative")
+        if self.val_size < 0 or self.train_limit < 0 or self.time_limit < 0:
+            raise ValueError("val_size, train_limit and time_limit cannot be negative")
 
 
 def native_bf16(device: str) -> bool:
@@ -75,8 +77,12 @@ def autocast(device: str, precision: str) -> torch.autocast:
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def selection(config: TrainConfig) -> str:
-    """How a run's kept weights were chosen, in words (fit's rule, the model card's text)."""
+def selection(config: TrainConfig, epochs_run: int | None = None) -> str:
+    """How a run's kept weights were chosen, in words (fit's rule, the model card's text); epochs_run
+    names a run that its time limit stopped before config.epochs."""
+    stopped = epochs_run is not None and epochs_run < config.epochs
+    ran = (f"{epochs_run} of the {config.epochs} planned epochs (stopped by its {config.time_limit:g} s time limit)"
+           if stopped else f"{config.epochs} epochs")
     if config.val_size:
-        return f"the epoch with the best validation accuracy ({config.val_size:,} held-out training images)"
-    return f"the last of {config.epochs} epochs (no validation split: every training image trained on)"
+        return f"the epoch with the best validation accuracy ({config.val_size:,} held-out training images) of {ran}"
+    return f"the last of {ran} (no validation split: every training image trained on)"

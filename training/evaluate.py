@@ -49,14 +49,16 @@ def evaluate(model: CapsNet, split: data.Split, batch_size: int = 500) -> dict:
 
 def evaluate_onnx(path: str | Path, images: np.ndarray, labels: np.ndarray, batch_size: int = 500,
                   providers: list[str] | None = None) -> dict:
-    """Run an exported capsnet.onnx (uint8 images (N, 28, 28)) under ONNX Runtime."""
+    """Run an exported capsnet.onnx under ONNX Runtime on images (N, H, W): uint8 as in the IDX files,
+    or floats in [0, 1] (generated test sets such as the affine experiment's)."""
     import onnxruntime as ort
 
     from model import contract
     sess = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
     preds = []
     for start in range(0, len(images), batch_size):
-        x = images[start:start + batch_size, None].astype(np.float32) / 255.0
+        x = images[start:start + batch_size, None].astype(np.float32)
+        x = x / 255.0 if images.dtype == np.uint8 else x
         (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: x})
         preds.append(lengths.argmax(1))
     result = summarise(np.concatenate(preds), labels)

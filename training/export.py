@@ -76,8 +76,35 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
     program.save(str(path))
 
 
+def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
+    """Store the graph's large fp32 weights as fp16, each followed by a Cast back to fp32, when every
+    one of them is exactly an fp16 value (weights from a compact fp16 checkpoint, training/compact.py):
+    half the file, and ONNX Runtime computes with the very same fp32 values (it folds the Casts at
+    load). Returns whether it did; a graph with any weight that fp16 would round is left as it is."""
+    import onnx
+    from onnx import numpy_helper
+    graph = onnx.load(str(path))
+    large = [t for t in graph.graph.initializer
+             if t.data_type == onnx.TensorProto.FLOAT and int(np.prod(t.dims)) >= min_size]
+    values = {t.name: numpy_helper.to_array(t) for t in large}
+    if not large or any(not np.array_equal(v.astype(np.float16).astype(np.float32), v) for v in values.values()):
+        return False
+    casts = []
+    for t in large:
+        name = t.name
+        t.CopyFrom(numpy_helper.from_array(values[name].astype(np.float16), f"{name}.fp16"))
+        casts.append(onnx.helper.make_node("Cast", [f"{name}.fp16"], [name], to=onnx.TensorProto.FLOAT,
+                                           name=f"{name}.cast"))
+    nodes = casts + list(graph.graph.node)
+    del graph.graph.node[:]
+    graph.graph.node.extend(nodes)
+    onnx.save(graph, str(path))
+    return True
+
+
 def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
-    """Write capsnet.onnx and decoder.onnx (example batch of 2 so no axis is specialised to 1)."""
+    """Write capsnet.onnx and decoder.onnx (example batch of 2 so no axis is specialised to 1), their
+    weights stored as fp16 where that is lossless (store_fp16_if_lossless)."""
     model = model.eval().cpu().to(memory_format=torch.contiguous_format)
     out_dir.mkdir(parents=True, exist_ok=True)
     size, c = model.config.image_size, model.config
@@ -87,6 +114,8 @@ def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
                 contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS)
         _export(ExportedDecoder(model).eval(), torch.rand(2, c.num_classes, c.caps_dim), decoder_path,
                 contract.DECODER_INPUTS, contract.DECODER_OUTPUTS)
+    for path in (capsnet_path, decoder_path):
+        store_fp16_if_lossless(path)
     return capsnet_path, decoder_path
 
 
@@ -118,6 +147,13 @@ def check_parity(model: CapsNet, capsnet_path: Path, decoder_path: Path, images:
     return worst
 
 
+def stored_weights(path: Path) -> str:
+    """How a graph stores its weights: "fp32", or "fp16" (cast to fp32 in the graph, store_fp16_if_lossless)."""
+    import onnx
+    types = {t.data_type for t in onnx.load(str(path), load_external_data=False).graph.initializer}
+    return "fp16" if onnx.TensorProto.FLOAT16 in types else "fp32"
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -146,8 +182,8 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "misclassified": result["misclassified"] if result else None,
         "evaluated_with": "ONNX Runtime " + ",".join(result["providers"]) if result else None,
         "epochs": ckpt["epoch"],  # epochs trained into these weights
-        "run_epochs": config.epochs,  # of the run
-        "selection": selection(config),
+        "run_epochs": ckpt.get("epochs_run", config.epochs),  # of the run (planned: train_config's epochs)
+        "selection": selection(config, ckpt.get("epochs_run")),
         "val_accuracy": kept.get("val_acc"),
         "val_history": [round(h["val_acc"], 4) for h in history if "val_acc" in h],
         "train_seconds": round(ckpt["train_seconds"], 1),
@@ -158,6 +194,7 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "routing": ckpt["config"]["routing"],
         "routing_iters": ckpt["config"]["routing_iters"],
         "parameters": sum(v.numel() for v in ckpt["model"].values()),
+        "stored_weights": stored_weights(capsnet_path) if capsnet_path.suffix == ".onnx" else None,
         "opset": OPSET,
         "parity_max_abs_diff": parity,
         "parity_batches": list(PARITY_BATCHES),

@@ -14,7 +14,9 @@ validated) and a TrainConfig; fit() does the rest the same way for all of them:
 - no host sync inside a step: losses and hits accumulate on the device, read every log_every steps;
 - validation and checkpoints every eval_every epochs and after the last: last.pt holds everything a
   resume needs, best.pt only the weights and the configs. Without a validation split (val_size 0)
-  the last epoch is the one kept.
+  the last epoch is the one kept;
+- an optional time limit (config.time_limit): the epoch that passes it becomes the last one, and
+  best.pt records how many epochs ran (`epochs_run`) beside the planned count.
 """
 import json
 import math
@@ -65,11 +67,23 @@ class Run:
     """What fit() returns; the model it trained holds the kept epoch's weights."""
     history: list[dict] = field(default_factory=list)  # one record per validated epoch
     kept_epoch: int = 0  # the epoch whose weights are in the model and in best.pt
+    epochs_run: int = 0  # epochs trained (config.epochs unless the time limit stopped the run)
     selection: str = ""  # how it was chosen, in words (the model card's)
     train_seconds: float = 0.0
     images_per_epoch: int = 0  # training examples drawn per epoch, all ranks (partial batches dropped)
     precision: str = "fp32"
     hardware: str = ""
+
+    @classmethod
+    def of_checkpoint(cls, ckpt: dict) -> "Run":
+        """The Run that wrote a best.pt (or its compact copy): for experiments that skip training and
+        report a run made elsewhere, e.g. on a GPU machine (their --checkpoint option)."""
+        history = ckpt.get("history", [])
+        epochs_run = ckpt.get("epochs_run", ckpt["epoch"])
+        return cls(history=history, kept_epoch=ckpt["epoch"], epochs_run=epochs_run,
+                   selection=selection(TrainConfig(**ckpt["train_config"]), epochs_run),
+                   train_seconds=ckpt["train_seconds"], images_per_epoch=history[-1]["train_images"] if history else 0,
+                   precision=ckpt["precision"], hardware=ckpt["hardware"])
 
 
 def hardware(device: str, world: int = 1) -> str:
@@ -172,6 +186,16 @@ def save_curves(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _out_of_time(config: TrainConfig, seconds: float, device: str, world: int) -> bool:
+    """Whether the time limit has passed; under DDP rank 0's clock decides for every rank."""
+    over = config.time_limit > 0 and seconds >= config.time_limit
+    if world == 1 or not config.time_limit:
+        return over
+    flag = torch.tensor(float(over), device=device)
+    dist.broadcast(flag, 0)
+    return bool(flag.item())
+
+
 def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
     """Train model on task as config says; returns the Run and leaves the kept epoch's weights in model.
 
@@ -231,6 +255,8 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
                 qp.ascend(res.votes.detach(), batch.y, config.qp_lr, reduce)
         return res
 
+    began = time.perf_counter()
+    epoch = start - 1
     for epoch in range(start, config.epochs + 1):
         net.train()
         t0 = time.perf_counter()
@@ -253,11 +279,13 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         run.train_seconds += seconds
-        last = epoch == config.epochs
+        last = epoch == config.epochs or _out_of_time(config, time.perf_counter() - began, device, world)
         if not (last or epoch % config.eval_every == 0):
             continue
         rng = _rng_states(gens, world)  # a collective: every rank takes part
         if not master:
+            if last:
+                break
             continue
 
         # --- validate and checkpoint (rank 0)
@@ -284,10 +312,18 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
         if keep:
             torch.save({**common, "model": state, "epoch": epoch}, out / "best.pt")
         (out / "metrics.json").write_text(json.dumps(run.history, indent=2))
+        if last:
+            break
 
+    run.epochs_run = epoch
+    if master and best_state is not None and run.kept_epoch:  # the kept weights, with the whole run's record
+        best = {"config": _model_config(model), "train_config": asdict(config), "epoch": run.kept_epoch,
+                "epochs_run": epoch, "history": run.history, "train_seconds": run.train_seconds,
+                "hardware": run.hardware, "precision": precision, "dataset": config.dataset, "model": best_state}
+        torch.save(best, out / "best.pt")
     if master and run.history:
         save_curves(run.history, out / "curves.png")
-    run.selection = selection(config)
+    run.selection = selection(config, run.epochs_run)
     if best_state is not None:
         model.load_state_dict(best_state)
     return run

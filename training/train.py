@@ -81,6 +81,8 @@ def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
     # --- evaluation and output
     p.add_argument("--eval-every", type=int, default=t.eval_every, help="epochs between validations and checkpoints")
     p.add_argument("--eval-batch-size", type=int, default=t.eval_batch_size)
+    p.add_argument("--time-limit", type=float, default=t.time_limit,
+                   help="seconds; the epoch that passes it is the last (0: none); the card says so")
     p.add_argument("--log-every", type=int, default=t.log_every, help="steps between progress lines")
     p.add_argument("--out", default=t.out)
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt, data stream included")

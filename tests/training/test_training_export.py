@@ -81,3 +81,20 @@ def test_cli_writes_the_card(tmp_path, idx_dir):
     assert len(card["misclassified"]) == card["test_errors"]
     assert card["run_epochs"] == 3 and card["epochs"] == 1 and card["val_accuracy"] == 0.5
     assert card["train_config"]["epochs"] == 3 and "5,000 held-out" in card["selection"]
+
+
+@pytest.mark.slow
+def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_path, mnist_fixture):
+    """A model from an fp16 checkpoint ships at half the size with bit-identical outputs; a model with
+    weights fp16 would round keeps its fp32 file."""
+    import onnx
+    model, capsnet_path, _ = exported
+    assert not export.store_fp16_if_lossless(capsnet_path)  # random fp32 weights: left as they are
+    rounded = CapsNet(CapsNetConfig()).eval()
+    rounded.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    half_path, _ = export.export(rounded, tmp_path)  # export() stores them as fp16 itself
+    stored = {t.data_type for t in onnx.load(str(half_path)).graph.initializer if np.prod(t.dims) >= 1024}
+    assert stored == {onnx.TensorProto.FLOAT16}
+    assert half_path.stat().st_size < 0.55 * capsnet_path.stat().st_size
+    parity = export.check_parity(rounded, half_path, tmp_path / contract.DECODER_ONNX, mnist_fixture[0], batches=(4,))
+    assert parity < 1e-5  # the graph computes with exactly the PyTorch model's weights

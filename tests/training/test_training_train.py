@@ -117,6 +117,36 @@ def test_eval_every_validates_and_checkpoints_only_every_n_epochs(idx_dir, tmp_p
     assert torch.load(tmp_path / "e" / "last.pt", weights_only=True)["epoch"] == 3
 
 
+@pytest.mark.slow
+def test_time_limit_ends_the_run_at_the_epoch_that_passes_it(idx_dir, tmp_path):
+    """A run stopped by its time limit validates and checkpoints that epoch as the last, and its
+    checkpoint and card say how many of the planned epochs ran."""
+    cfg = config(idx_dir, tmp_path / "t", epochs=5, eval_every=3, time_limit=1e-3)
+    model, run, _ = train.train(cfg, CapsNetConfig())
+    assert run.epochs_run == 1 and [h["epoch"] for h in run.history] == [1] and run.kept_epoch == 1
+    ckpt = torch.load(tmp_path / "t" / "best.pt", weights_only=True)
+    assert ckpt["epochs_run"] == 1 and ckpt["train_config"]["epochs"] == 5
+    assert torch.load(tmp_path / "t" / "last.pt", weights_only=True)["epoch"] == 1
+    card = model_card(ckpt, tmp_path / "t" / "best.pt", 0.0, None)
+    assert card["run_epochs"] == 1 and "1 of the 5 planned epochs (stopped by its 0.001 s time limit)" in card["selection"]
+    assert fit.Run.of_checkpoint(ckpt).selection == run.selection
+
+
+@pytest.mark.slow
+def test_compact_checkpoint_keeps_the_run_in_fp16_without_optimiser_state(idx_dir, tmp_path):
+    from training.compact import compact
+    train.train(config(idx_dir, tmp_path / "c"), CapsNetConfig())
+    small = compact(tmp_path / "c" / "best.pt", tmp_path / "best16.pt")
+    full, ckpt = load_checkpoint(tmp_path / "c" / "best.pt")
+    half, ckpt16 = load_checkpoint(small)
+    assert all(v.dtype == torch.float16 for v in ckpt16["model"].values() if v.is_floating_point())
+    assert not {"optimizer", "scheduler", "rng"} & set(ckpt16) and ckpt16["history"] == ckpt["history"]
+    assert small.stat().st_size < 0.6 * (tmp_path / "c" / "best.pt").stat().st_size
+    x = torch.rand(8, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(half(x).lengths, full(x).lengths, rtol=0, atol=2e-3)
+
+
 @pytest.mark.parametrize("n, batch, world", [(1025, 64, 2), (97, 16, 2), (1000, 128, 1), (129, 32, 4)])
 def test_every_rank_takes_the_same_number_of_whole_batches(n, batch, world):
     """Defect 4: a rank whose last batch was empty stopped while the others waited in all-reduce."""

@@ -54,7 +54,7 @@ def trial(name: str, args: argparse.Namespace, seed: int) -> dict:
     if result_path.exists() and json.loads(result_path.read_text())["run_epochs"] == config.epochs:
         return json.loads(result_path.read_text())  # a trial that has its epochs is only read back
     _, run, test = train.train(config, model_config)
-    result = {"run_epochs": config.epochs, "kept_epoch": run.kept_epoch, "error": 100 * (1 - test["accuracy"]),
+    result = {"run_epochs": config.epochs, "epochs_run": run.epochs_run, "kept_epoch": run.kept_epoch, "error": 100 * (1 - test["accuracy"]),
               "train_seconds": run.train_seconds, "train_images": run.kept_epoch * run.images_per_epoch,
               "hardware": run.hardware, "precision": run.precision}
     result_path.write_text(json.dumps(result, indent=2) + "\n")
@@ -88,6 +88,14 @@ def save_plot(curves: dict[str, list[float]], path: Path) -> None:
     plt.close(fig)
 
 
+def epochs_text(args: argparse.Namespace, ran: list[int]) -> str:
+    """The trials' epochs in words: the planned count, and what ran where a time limit cut trials short."""
+    if min(ran) == max(ran) == args.epochs:
+        return f"{args.epochs} epoch(s)"
+    return (f"up to {args.epochs} epochs ({min(ran)}-{max(ran)} ran: each trial stopped by its "
+            f"{args.time_limit:g} s time limit)")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("ablation", __doc__, "ablation")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
@@ -101,7 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    rows = []
+    rows, ran = [], []
     for name in args.variants:
         trials = []
         for seed in args.seeds:
@@ -109,12 +117,14 @@ def main(argv=None) -> dict:
             trials.append(trial(name, args, seed))
         iters, recon, paper = VARIANTS[name]
         errors = [t["error"] for t in trials]
+        ran += [t.get("epochs_run", t["run_epochs"]) for t in trials]
         spread = torch.tensor(errors).std().item() if len(errors) > 1 else None  # sample std, as for Table 1
         rows.append(common.row(f"CapsNet r={iters}, reconstruction {'on' if recon else 'off'}", "MNIST test error %",
                                sum(errors) / len(errors), paper, epochs=trials[-1]["kept_epoch"],
                                train_images=trials[-1]["train_images"],
                                wall_seconds=sum(t["train_seconds"] for t in trials) / len(trials), variant=name,
-                               reduced=args.epochs < 50 or bool(args.train_limit),
+                               reduced=min(t.get("epochs_run", args.epochs) for t in trials) < 50
+                               or bool(args.train_limit),
                                std=None if spread is None else round(spread, 3),
                                trials=[round(e, 2) for e in errors]))
 
@@ -126,7 +136,7 @@ def main(argv=None) -> dict:
     save_plot(curves, args.figure)
     common.write_result(
         "ablation", rows,
-        setting=f"{args.epochs} epoch(s) on {f'the first {args.train_limit:,}' if args.train_limit else 'all'} "
+        setting=f"{epochs_text(args, ran)} on {f'the first {args.train_limit:,}' if args.train_limit else 'all'} "
                 f"training images, ±2 px shifts; {len(args.seeds)} trial(s) "
                 f"(seeds {', '.join(map(str, args.seeds))}): "
                 "mean test error of each trial's best epoch on validation ± sample std; wall time per trial",

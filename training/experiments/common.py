@@ -34,15 +34,23 @@ def parser(prog: str, doc: str, out: str, lr_decay: float = 0.9) -> argparse.Arg
     p.add_argument("--precision", choices=PRECISIONS, default=t.precision, help="auto: bf16 where native")
     p.add_argument("--compile", action="store_true", help="torch.compile the step (CUDA graphs on CUDA)")
     p.add_argument("--eval-every", type=int, default=t.eval_every, help="epochs between validations")
+    p.add_argument("--time-limit", type=float, default=t.time_limit,
+                   help="seconds per training run; the epoch that passes it is the last (0: none)")
     p.add_argument("--out", type=Path, default=Path("runs") / out, help="checkpoints")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where <experiment>.json goes")
     return p
 
 
+def checkpoint_option(p: argparse.ArgumentParser, does: str) -> None:
+    """--checkpoint: skip training and use a run made elsewhere (e.g. brought back from a GPU machine
+    as a compact copy, training/compact.py); `does` says what the experiment then does with it."""
+    p.add_argument("--checkpoint", type=Path, default=None, help=f"skip training: {does} this best.pt")
+
+
 def train_config(args: argparse.Namespace, **overrides) -> TrainConfig:
     """The TrainConfig of the shared options; overrides set the rest (out, seed, dataset...)."""
     shared = ("data_dir", "train_limit", "val_size", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
-              "precision", "compile", "eval_every")
+              "precision", "compile", "eval_every", "time_limit")
     fields = {k: getattr(args, k) for k in shared}
     fields["out"] = str(args.out)
     return TrainConfig(**{**fields, **overrides})

@@ -24,9 +24,10 @@ import torch
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig, margin_loss, mask_capsules, one_hot, reconstruction_loss
 from training import data
+from training.config import TrainConfig
 from training.experiments import common
 from training.export import check_parity, export, model_card
-from training.fit import Batch, StepOut, Task, fit, hardware
+from training.fit import Batch, Run, StepOut, Task, fit, hardware
 from training.train import load_splits
 
 MAX_SHIFT = 4  # pixels in each direction (section 6)
@@ -231,6 +232,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["multimnist"].directory,
                    help="where the best checkpoint is exported")
     common.figure_option(p, "multimnist_fig5.png")
+    common.checkpoint_option(p, "measure, draw, export and report")
     return p.parse_args(argv)
 
 
@@ -242,8 +244,15 @@ def main(argv=None) -> dict:
     model = CapsNet(CapsNetConfig(image_size=contract.MULTIMNIST_SIZE, routing_iters=args.routing_iters))
     print(f"MultiMNIST CapsNet {model.num_params():,} parameters, {model.config.num_primary} primary capsules, "
           f"on {hardware(config.device)}; {len(train):,} training digits", flush=True)
-    run = fit(model, PairTask(splits, args.seed), config)
-    ckpt = torch.load(args.out / "best.pt", map_location="cpu", weights_only=True)
+    if args.checkpoint:
+        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+        model.load_state_dict(ckpt["model"])
+        model.to(config.device)
+        run = Run.of_checkpoint(ckpt)
+        config = TrainConfig(**{**ckpt["train_config"], "device": config.device, "data_dir": config.data_dir})
+    else:
+        run = fit(model, PairTask(splits, args.seed), config)
+        ckpt = torch.load(args.out / "best.pt", map_location="cpu", weights_only=True)
     model.to(memory_format=torch.contiguous_format)
     test = evaluate(model, splits["test"], args.test_pairs, args.seed + 2)
     print(f"test error (both labels right) {test['error']:.2f}% on {test['count']:,} pairs "
@@ -263,6 +272,7 @@ def main(argv=None) -> dict:
                 f"{test['count']:,} pairs ({args.test_pairs} per MNIST test digit)",
         paper_setting="60M training pairs (1,000 per digit), 10M test pairs (1,000 per test digit)",
         hardware=run.hardware, command=common.command("training.experiments.multimnist", argv),
+        train_config=ckpt["train_config"],
         out_dir=args.results_dir, figure=common.relative(args.figure),
     )
     return {"test": test, "card": card}
