@@ -12,6 +12,7 @@ IMAGE_SIZE = 28  # MNIST: 28x28, one channel
 INK_BOX = 20  # LeCun's MNIST digits are fitted into 20x20 and centred by mass in 28x28
 PIXEL_RANGE = (0.0, 1.0)  # float32, white digit (1.0) on black (0.0)
 MULTIMNIST_SIZE = 36  # two MNIST digits, each shifted up to 4 px, overlaid (section 6)
+AFFINE_SIZE = 40  # MNIST digits at random positions on a 40x40 canvas (section 5.2)
 
 # --- network sizes (paper, section 4) ------------------------------------------------------------
 NUM_CLASSES = 10
@@ -86,4 +87,5 @@ SHIPPED = {
     "mnist": ShippedModel(MODEL_DIR, IMAGE_SIZE),
     "fashion-mnist": ShippedModel(MODEL_DIR / "fashion-mnist", IMAGE_SIZE),
     "multimnist": ShippedModel(MODEL_DIR / "multimnist", MULTIMNIST_SIZE),
+    "affine": ShippedModel(MODEL_DIR / "affine", AFFINE_SIZE),
 }

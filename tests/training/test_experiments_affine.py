@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from training import data
 from training.experiments import affine
@@ -14,6 +15,11 @@ from training.experiments import affine
 @pytest.fixture(scope="module")
 def digits(mnist_fixture) -> torch.Tensor:
     return torch.from_numpy(mnist_fixture[0][:300].copy())
+
+
+@pytest.fixture(scope="module")
+def digit_labels(mnist_fixture) -> torch.Tensor:
+    return torch.from_numpy(mnist_fixture[1][:300].astype("int64"))
 
 
 def centre_of_mass(x: torch.Tensor) -> torch.Tensor:
@@ -87,7 +93,7 @@ def test_cnn_baseline_has_pooling_dropout_and_about_the_capsnets_parameters():
 def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
     affine.main(["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "128", "--epochs", "1",
                  "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path),
-                 "--figure", str(tmp_path / "sets.png")])
+                 "--figure", str(tmp_path / "sets.png"), "--model-dir", str(tmp_path / "model")])
     record = json.loads((tmp_path / "affine.json").read_text())
     assert [(r["model"], r["metric"].split(" test")[0]) for r in record["rows"]] == [
         ("CapsNet", "expanded MNIST"), ("CapsNet", "affNIST-like"),
@@ -98,6 +104,26 @@ def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
     assert {p.name for p in (tmp_path / "run").iterdir()} == {"capsnet", "cnn"}
     assert all((tmp_path / "run" / m / "best.pt").exists() for m in ("capsnet", "cnn"))
     assert (tmp_path / "sets.png").stat().st_size > 5_000
+    card = json.loads((tmp_path / "model" / contract.MODEL_CARD).read_text())  # the CapsNet, exported
+    assert card["inputs"][contract.IMAGE] == ["N", 1, 40, 40] and card["test_count"] == 200
+    assert card["parity_max_abs_diff"] < 1e-4 and record["rows"][1]["model_version"] == card["version"]
+    assert card["test_accuracy"] * 100 == pytest.approx(record["rows"][1]["ours"], abs=0.01)  # ONNX = PyTorch
+
+
+def test_shipped_affine_capsnet_reads_translated_and_affine_digits(digits, digit_labels):
+    """model/affine/: the 40x40 CapsNet of the affine experiment, its card measured on its graph."""
+    import onnxruntime as ort
+    shipped = contract.SHIPPED["affine"]
+    card = json.loads((shipped.directory / contract.MODEL_CARD).read_text())
+    sess = ort.InferenceSession(str(shipped.directory / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
+    labels = digit_labels
+    for name, x in (("expanded MNIST", affine.translate(digits, torch.Generator().manual_seed(5))),
+                    ("affNIST-like", affine.affnist_like(digits, torch.Generator().manual_seed(5))[0])):
+        (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: x.numpy()})
+        right = (lengths.argmax(1) == labels.numpy()).mean()
+        measured = card["expanded_mnist_accuracy"] if name == "expanded MNIST" else card["test_accuracy"]
+        assert abs(right - measured) < 0.06, (name, right, measured)  # 300 digits land near the 10,000's figure
+    assert card["dataset"] == "affine" and card["test_count"] == 10_000
 
 
 def test_training_batches_are_drawn_without_a_host_sync(digits):

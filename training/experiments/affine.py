@@ -17,9 +17,12 @@ same order. Tests, each generated once from the 10,000 MNIST test digits with a 
 The CNN baseline (BaselineCNN) has max-pooling and dropout and about as many parameters as the
 40x40 CapsNet without its decoder; both are trained for the same images and selected on a validation
 set of translated MNIST, by training/fit.py like every run. Writes runs/affine/{capsnet,cnn}/,
-docs/results/affine.json and docs/experiments/affine_test_sets.png (the first images of both test sets).
+docs/results/affine.json and docs/experiments/affine_test_sets.png (the first images of both test sets),
+and exports the CapsNet to model/affine/ (contract.SHIPPED["affine"]) with its card, both test sets
+measured on the exported graph.
 """
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,13 +32,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from training import data
+from training.evaluate import evaluate_onnx, load_checkpoint
 from training.experiments import common
+from training.export import check_parity, export, model_card
 from training.fit import Batch, StepOut, Task, fit, hardware
 from training.train import load_splits
 
-CANVAS = 40
+CANVAS = contract.AFFINE_SIZE
 ROTATION = 20.0  # degrees, either way
 SHEAR = 0.2  # x' = x + shear * y
 SCALE = (0.8, 1.2)  # x and y independently
@@ -136,12 +142,13 @@ def affnist_like(digits: torch.Tensor, generator: torch.Generator, size: int = C
 
 
 def test_sets(test: data.Split, seed: int, batch_size: int = 1000) -> dict[str, torch.Tensor]:
-    """The two fixed test sets (float (N, 1, 40, 40) each), generated in batches from seed."""
-    gen = torch.Generator(device=test.images.device).manual_seed(seed)
+    """The two fixed test sets (float (N, 1, 40, 40) each, on test's device), generated in batches from
+    seed on the CPU: the same images whichever device trains (a CUDA generator draws other numbers)."""
+    gen, images = torch.Generator().manual_seed(seed), test.images.cpu()
     chunks = range(0, len(test), batch_size)
-    translated = torch.cat([translate(test.images[i:i + batch_size], gen) for i in chunks])
-    affine = torch.cat([affnist_like(test.images[i:i + batch_size], gen)[0] for i in chunks])
-    return {"expanded MNIST": translated, "affNIST-like": affine}
+    translated = torch.cat([translate(images[i:i + batch_size], gen) for i in chunks])
+    affine = torch.cat([affnist_like(images[i:i + batch_size], gen)[0] for i in chunks])
+    return {"expanded MNIST": translated.to(test.images.device), "affNIST-like": affine.to(test.images.device)}
 
 
 def save_samples(tests: dict[str, torch.Tensor], path: Path, n: int = 10) -> None:
@@ -204,10 +211,34 @@ class TranslatedDigits(Task):
         return {"acc": accuracy(model, self.val_x, self.val_y) / 100}
 
 
+def export_shipped(checkpoint: Path, tests: dict[str, torch.Tensor], labels: torch.Tensor, out_dir: Path,
+                   test_seed: int) -> dict:
+    """Export the 40x40 CapsNet of a run to out_dir (contract.SHIPPED["affine"]), check parity on
+    translated test digits, measure both test sets on the exported graph and write its card (the
+    card's test_accuracy is the affNIST-like set's)."""
+    model, ckpt = load_checkpoint(checkpoint)
+    capsnet_path, decoder_path = export(model, out_dir)
+    probe = (tests["expanded MNIST"][:64, 0] * 255).round().to(torch.uint8).cpu().numpy()  # check_parity reads uint8
+    parity = check_parity(model, capsnet_path, decoder_path, probe)
+    labels = labels.cpu().numpy()
+    results = {name: evaluate_onnx(capsnet_path, x[:, 0].cpu().numpy(), labels) for name, x in tests.items()}
+    card = model_card(ckpt, capsnet_path, parity, results["affNIST-like"], dataset="affine")
+    card.update(metric="accuracy on the affNIST-like test set (test_accuracy) and on expanded MNIST",
+                expanded_mnist_accuracy=results["expanded MNIST"]["accuracy"],
+                test_set=f"the 10,000 MNIST test digits, each centred on 40x40 then one random affine map "
+                         f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
+                         f"translation in the box), seed {test_seed}")
+    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("affine", __doc__, "affine")
     p.add_argument("--test-seed", type=int, default=2017, help="seed of the two generated test sets")
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["affine"].directory,
+                   help="where the CapsNet's kept checkpoint is exported")
     common.figure_option(p, "affine_test_sets.png")
+    common.checkpoint_option(p, "export the CapsNet of (the result rows stay those of its run)")
     return p.parse_args(argv)
 
 
@@ -216,28 +247,38 @@ def main(argv=None) -> dict:
     config = common.train_config(args, dataset="mnist")
     splits = load_splits(config)
     tests = test_sets(splits["test"], args.test_seed)
+    if args.checkpoint:
+        card = export_shipped(args.checkpoint, tests, splits["test"].labels, args.model_dir, args.test_seed)
+        print(f"exported to {args.model_dir}: affNIST-like {100 * card['test_accuracy']:.2f}%, expanded MNIST "
+              f"{100 * card['expanded_mnist_accuracy']:.2f}% (ONNX Runtime)")
+        return {"card": card}
     save_samples(tests, args.figure)
     task = TranslatedDigits(splits, args.seed)
-    rows = []
+    rows, ran = [], []
     for name, make in (("CapsNet", lambda: CapsNet(CapsNetConfig(image_size=CANVAS))), ("CNN baseline", BaselineCNN)):
         torch.manual_seed(args.seed)
         model = make()
         params = sum(p.numel() for p in model.parameters())
         print(f"{name}: {params:,} parameters on {hardware(config.device)}", flush=True)
         run = fit(model, task, replace(config, out=str(args.out / name.split()[0].lower())))
+        ran.append(f"{name} {run.epochs_run}")
         model.to(memory_format=torch.contiguous_format)
         acc = {k: accuracy(model, x, splits["test"].labels) for k, x in tests.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.2f}%" for k, v in acc.items()), flush=True)
         mnist, affnist = PAPER[name]
         run_fields = dict(epochs=run.kept_epoch, train_images=run.kept_epoch * run.images_per_epoch,
-                          wall_seconds=run.train_seconds, reduced=args.epochs < 30 or bool(args.train_limit),
+                          wall_seconds=run.train_seconds, reduced=run.epochs_run < 30 or bool(args.train_limit),
                           parameters=params)
         rows.append(common.row(name, "expanded MNIST test accuracy %", acc["expanded MNIST"], mnist, **run_fields))
         rows.append(common.row(name, "affNIST-like test accuracy %", acc["affNIST-like"], affnist, **run_fields))
+    card = export_shipped(args.out / "capsnet" / "best.pt", tests, splits["test"].labels, args.model_dir,
+                          args.test_seed)
+    for r in rows[:2]:  # the CapsNet's
+        r["model_version"] = card["version"]
     common.write_result(
         "affine", rows,
-        setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best of "
-                f"{args.epochs} epoch(s) on translated validation, {run.precision}; test: 10,000 MNIST test digits, "
+        setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best epoch on "
+                f"translated validation of those run ({', '.join(ran)} of {args.epochs} planned), {run.precision}; test: 10,000 MNIST test digits, "
                 f"translated / affine (rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
                 f"translation in the box), seed {args.test_seed}",
         paper_setting="padded and translated 40x40 MNIST, early stopping; test on affNIST",
