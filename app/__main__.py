@@ -21,8 +21,8 @@ def main() -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     try:
-        app.state.engine = Engine(settings, app.state.metrics)
-        app.state.engine.warm_up()
+        app.state.preloaded = Engine(settings, app.state.metrics)
+        app.state.preloaded.warm_up()
     except Exception as exc:  # a model that cannot load or run: say why in one line, exit non-zero
         sys.exit(f"cannot serve the model in {settings.model_dir}: {' '.join(str(exc).split())}")
     # one process, one engine: concurrency comes from the event loop and the batcher, not workers

@@ -24,7 +24,9 @@ with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
-    engine = app.state.engine or Engine(app.state.settings, app.state.metrics)  # python -m app brings its own
+    # python -m app brings an engine it has loaded and warmed up; any other start (or a second one,
+    # as a test client's) loads its own
+    engine, app.state.preloaded = app.state.preloaded or Engine(app.state.settings, app.state.metrics), None
     engine.start()  # warms up in the background unless already warm; GET /ready says when done
     app.state.engine = engine
     try:
@@ -34,11 +36,11 @@ async def lifespan(app: FastAPI):
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """The app on settings. Its lifespan starts app.state.engine when one was set (`python -m app`
+    """The app on settings. Its lifespan starts app.state.preloaded when one was set (`python -m app`
     loads and warms one up before serving), else it loads one and warms it up in the background."""
     settings = settings or get_settings()
     app = FastAPI(title="CapsNet service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
-    app.state.settings, app.state.engine = settings, None
+    app.state.settings, app.state.preloaded = settings, None
     app.state.metrics = setup_metrics(app)
     register_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -19,6 +19,7 @@ import math
 import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from app.batcher import DeadlineError, QueueFullError
 from app.deps import EngineDep
@@ -30,6 +31,17 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ROWS = 1024  # images or capsule sets in one infer request
 DATATYPES = {"FP32": np.float32}
 SERVER = {"name": "capsnet-service", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
+
+
+class ErrorBody(BaseModel):
+    error: str
+
+
+def documented(*statuses: int) -> dict:
+    """The error answers a route can give, for its OpenAPI entry."""
+    meaning = {400: "a malformed request", 404: "no such model or version", 503: "not ready, or the queue is full",
+               504: "the model did not answer within the request deadline"}
+    return {status: {"model": ErrorBody, "description": meaning[status]} for status in statuses}
 
 
 class ProtocolError(Exception):
@@ -69,7 +81,7 @@ async def live() -> dict:
     return {"live": True}
 
 
-@router.get("/health/ready", summary="Every model is loaded and warmed up")
+@router.get("/health/ready", summary="Every model is loaded and warmed up", responses=documented(503))
 async def server_ready(engine: EngineDep):
     return {"ready": True} if engine.ready else error(f"not ready: {engine.state}", 503)
 
@@ -79,7 +91,7 @@ async def server_metadata() -> dict:
     return SERVER
 
 
-@router.get("/models/{name}", summary="A model's inputs and outputs")
+@router.get("/models/{name}", summary="A model's inputs and outputs", responses=documented(404))
 @router.get("/models/{name}/versions/{version}", include_in_schema=False)
 async def model_metadata(name: str, engine: EngineDep, version: str | None = None):
     try:
@@ -92,7 +104,7 @@ async def model_metadata(name: str, engine: EngineDep, version: str | None = Non
         return error(str(exc), exc.status)
 
 
-@router.get("/models/{name}/ready", summary="The model is ready")
+@router.get("/models/{name}/ready", summary="The model is ready", responses=documented(404, 503))
 @router.get("/models/{name}/versions/{version}/ready", include_in_schema=False)
 async def model_ready(name: str, engine: EngineDep, version: str | None = None):
     try:
@@ -177,7 +189,7 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
     return [(o["name"], bool((o.get("parameters") or {}).get("binary_data", False))) for o in asked]
 
 
-@router.post("/models/{name}/infer", summary="Run a model on raw tensors")
+@router.post("/models/{name}/infer", summary="Run a model on raw tensors", responses=documented(400, 404, 503, 504))
 @router.post("/models/{name}/versions/{version}/infer", include_in_schema=False)
 async def infer(name: str, request: Request, engine: EngineDep, version: str | None = None):
     try:
