@@ -1,0 +1,158 @@
+"""Reliability: the real server under sustained load, its memory over many requests, and SIGTERM under load.
+
+$ python -m benchmarks.reliability                                    # the issue's counts (about 10 min on 2 cores)
+$ python -m benchmarks.reliability --requests 2000 --soak 5000        # quicker
+
+Starts `python -m app` (CPU provider, a free port) and, as clients on loopback, measures:
+- load: `requests` POST /predict (full answer) from `clients` concurrent clients: answers by status,
+  client-side failures by exception type, p50/p99 latency;
+- soak: the server's resident memory (VmRSS) after a warm-up and after `soak` more requests from 8 clients;
+- SIGTERM under load: 32 clients post continuously, the server gets SIGTERM after 2 s; every request
+  is classed as answered (any HTTP status), refused before it was sent (connection refused: the
+  server had stopped accepting), or accepted but unanswered (sent, then the connection dropped): the
+  last is the number that must be 0 for a graceful shutdown.
+Writes benchmarks/results/reliability.json. A benchmark, not a test.
+"""
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from benchmarks.serve_bench import device, digit_png
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "benchmarks" / "results" / "reliability.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def start_server(port: int) -> subprocess.Popen:
+    env = dict(os.environ, CAPSNET_PORT=str(port), CAPSNET_PROVIDERS="CPUExecutionProvider", CAPSNET_LOG_LEVEL="warning")
+    process = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with status {process.returncode}")
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the server did not become ready in 120 s")
+
+
+async def fire(url: str, body: bytes, clients: int, total: int | None = None, until: float | None = None):
+    """`clients` loops posting /predict until `total` requests are done or the clock passes `until`;
+    returns (statuses, failures by exception type, latencies in ms, failures classed for SIGTERM)."""
+    statuses, failures, latencies, classes = Counter(), Counter(), [], Counter()
+    files = {"file": ("digit.png", body, "image/png")}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    sent = 0
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        async def one():
+            nonlocal sent
+            while (total is None or sent < total) and (until is None or time.monotonic() < until):
+                sent += 1
+                start = time.perf_counter()
+                try:
+                    r = await client.post("/predict", files=files)
+                except httpx.ConnectError as exc:  # refused: never reached the server
+                    failures[type(exc).__name__] += 1
+                    classes["refused before sending"] += 1
+                    await asyncio.sleep(0.01)
+                    continue
+                except httpx.TransportError as exc:  # sent, then no answer
+                    failures[type(exc).__name__] += 1
+                    classes["accepted, unanswered"] += 1
+                    continue
+                latencies.append(1000 * (time.perf_counter() - start))
+                statuses[r.status_code] += 1
+                classes["answered"] += 1
+        await asyncio.gather(*[one() for _ in range(clients)])
+    return statuses, failures, latencies, classes
+
+
+def load(url: str, body: bytes, requests: int, clients: int) -> dict:
+    start = time.perf_counter()
+    statuses, failures, ms, _ = asyncio.run(fire(url, body, clients, total=requests))
+    return {"requests": requests, "clients": clients, "seconds": round(time.perf_counter() - start, 1),
+            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "client_failures": dict(failures),
+            "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2)}
+
+
+def soak(url: str, body: bytes, pid: int, requests: int) -> dict:
+    asyncio.run(fire(url, body, 8, total=500))  # warm: allocator pools, batcher, first-use imports
+    before = rss_mb(pid)
+    statuses, failures, _, _ = asyncio.run(fire(url, body, 8, total=requests))
+    after = rss_mb(pid)
+    return {"requests": requests, "clients": 8, "rss_mb_before": round(before, 1), "rss_mb_after": round(after, 1),
+            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "client_failures": dict(failures)}
+
+
+def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> dict:
+    port = free_port()
+    server = start_server(port)
+
+    async def scenario():
+        asyncio.get_running_loop().call_later(after_s, server.send_signal, signal.SIGTERM)
+        return await fire(f"http://127.0.0.1:{port}", body, clients, until=time.monotonic() + after_s + 8)
+    statuses, failures, _, classes = asyncio.run(scenario())
+    server.wait(60)
+    return {"clients": clients, "sigterm_after_s": after_s, "exit_status": server.returncode,
+            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "client_failures": dict(failures),
+            "answered": classes["answered"], "refused_before_sending": classes["refused before sending"],
+            "accepted_unanswered": classes["accepted, unanswered"]}
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=10_000, help="requests of the load phase")
+    p.add_argument("--clients", type=int, default=64, help="concurrent clients of the load phase")
+    p.add_argument("--soak", type=int, default=50_000, help="requests between the two RSS readings")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    body = digit_png()
+    port = free_port()
+    server = start_server(port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        report = {"device": device(), "when": time.strftime("%Y-%m-%d %H:%M"),
+                  "load": load(url, body, args.requests, args.clients)}
+        print(json.dumps(report["load"]), flush=True)
+        report["soak"] = soak(url, body, server.pid, args.soak)
+        print(json.dumps(report["soak"]), flush=True)
+    finally:
+        server.terminate()
+        server.wait(60)
+    report["sigterm"] = sigterm_under_load(body)
+    print(json.dumps(report["sigterm"]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
