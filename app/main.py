@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app import VERSION
 from app.engine import Engine
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
@@ -39,7 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The app on settings. Its lifespan starts app.state.preloaded when one was set (`python -m app`
     loads and warms one up before serving), else it loads one and warms it up in the background."""
     settings = settings or get_settings()
-    app = FastAPI(title="CapsNet service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="CapsNet service", version=VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.preloaded = settings, None
     app.state.metrics = setup_metrics(app)
     register_error_handlers(app)

@@ -13,14 +13,16 @@ binary tensor data extension, what tritonclient sends by default): the header
 comes back the same way. Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an
 unknown model, 503 while not ready or when the queue is full, 504 past the request deadline.
 """
-import json
 import math
 
 import numpy as np
+import orjson
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from app import VERSION
 from app.batcher import DeadlineError, QueueFullError
 from app.deps import EngineDep
 from app.engine import Engine
@@ -29,8 +31,7 @@ router = APIRouter(prefix="/v2", tags=["open inference protocol (v2)"])
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ROWS = 1024  # images or capsule sets in one infer request
-DATATYPES = {"FP32": np.float32}
-SERVER = {"name": "capsnet-service", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
+SERVER = {"name": "capsnet-service", "version": VERSION, "extensions": ["binary_tensor_data"]}
 
 
 class ErrorBody(BaseModel):
@@ -131,8 +132,8 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
     if not 0 < size <= len(body):
         raise ProtocolError(f"{HEADER_LENGTH} is {size} but the body has {len(body)} bytes")
     try:
-        request = json.loads(body[:size])
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        request = orjson.loads(body[:size])
+    except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"the request is not valid JSON: {exc}") from None
     if not isinstance(request, dict):
         raise ProtocolError("the request must be a JSON object with an `inputs` list")
@@ -148,7 +149,7 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
     tensor = inputs[0]
     if tensor.get("name") != expected.name:
         raise ProtocolError(f"unknown input {tensor.get('name')!r}; the model's input is {expected.name}")
-    if tensor.get("datatype") not in DATATYPES:
+    if tensor.get("datatype") != "FP32":
         raise ProtocolError(f"input {expected.name} must be FP32, got {tensor.get('datatype')!r}")
     shape = tensor.get("shape")
     want = tensor_metadata(expected)["shape"]
@@ -189,23 +190,14 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
     return [(o["name"], bool((o.get("parameters") or {}).get("binary_data", False))) for o in asked]
 
 
-@router.post("/models/{name}/infer", summary="Run a model on raw tensors", responses=documented(400, 404, 503, 504))
-@router.post("/models/{name}/versions/{version}/infer", include_in_schema=False)
-async def infer(name: str, request: Request, engine: EngineDep, version: str | None = None):
-    try:
-        session = session_of(engine, name)
-        check_version(engine, version)
-        if not engine.ready:
-            raise ProtocolError(f"not ready: {engine.state}", 503)
-        body, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
-        x = read_input(body, session, binary)
-        wanted = requested_outputs(body, engine.outputs_of(session))
-        results = await engine.infer(session, x)
-    except ProtocolError as exc:
-        return error(str(exc), exc.status)
-    except (QueueFullError, DeadlineError) as exc:
-        status = 503 if isinstance(exc, QueueFullError) else 504
-        return JSONResponse({"error": str(exc)}, status, headers={"Retry-After": "1"})
+def parse(raw: bytes, header_length: str | None, session, names: list[str]):
+    """The request, its input tensor and the outputs to return (CPU work: run off the event loop)."""
+    body, binary = split_body(raw, header_length)
+    return body, read_input(body, session, binary), requested_outputs(body, names)
+
+
+def answer(name: str, version: str, body: dict, results: dict, wanted: list[tuple[str, bool]]) -> Response:
+    """The response: JSON, then the binary outputs' bytes (CPU work: run off the event loop)."""
     outputs, chunks = [], []
     for out_name, as_binary in wanted:
         array = np.ascontiguousarray(results[out_name], dtype="<f4")
@@ -214,13 +206,32 @@ async def infer(name: str, request: Request, engine: EngineDep, version: str | N
             chunks.append(array.tobytes())
             entry["parameters"] = {"binary_data_size": len(chunks[-1])}
         else:
-            entry["data"] = array.reshape(-1).tolist()
+            entry["data"] = array.reshape(-1)  # orjson writes numpy arrays natively
         outputs.append(entry)
-    answer = {"model_name": name, "model_version": engine.version, "outputs": outputs}
+    response = {"model_name": name, "model_version": version, "outputs": outputs}
     if "id" in body:
-        answer["id"] = body["id"]
-    header = json.dumps(answer).encode()
+        response["id"] = body["id"]
+    header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return Response(header, media_type="application/json")
     return Response(header + b"".join(chunks), media_type="application/octet-stream",
                     headers={HEADER_LENGTH: str(len(header))})
+
+
+@router.post("/models/{name}/infer", summary="Run a model on raw tensors", responses=documented(400, 404, 503, 504))
+@router.post("/models/{name}/versions/{version}/infer", include_in_schema=False)
+async def infer(name: str, request: Request, engine: EngineDep, version: str | None = None):
+    try:
+        session = session_of(engine, name)
+        check_version(engine, version)
+        if not engine.ready:
+            raise ProtocolError(f"not ready: {engine.state}", 503)
+        body, x, wanted = await run_in_threadpool(parse, await request.body(), request.headers.get(HEADER_LENGTH),
+                                                  session, engine.outputs_of(session))
+        results = await engine.infer(session, x)
+    except ProtocolError as exc:
+        return error(str(exc), exc.status)
+    except (QueueFullError, DeadlineError) as exc:
+        status = 503 if isinstance(exc, QueueFullError) else 504
+        return JSONResponse({"error": str(exc)}, status, headers={"Retry-After": "1"})
+    return await run_in_threadpool(answer, name, engine.version, body, results, wanted)
