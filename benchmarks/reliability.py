@@ -48,7 +48,8 @@ def rss_mb(pid: int) -> float:
 
 
 def start_server(port: int) -> subprocess.Popen:
-    env = dict(os.environ, CAPSNET_PORT=str(port), CAPSNET_PROVIDERS="CPUExecutionProvider", CAPSNET_LOG_LEVEL="warning")
+    env = dict(os.environ, CAPSNET_PORT=str(port), CAPSNET_PROVIDERS="CPUExecutionProvider",
+               CAPSNET_LOG_LEVEL="warning")
     process = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -21,7 +21,6 @@ def compact(src: Path, dst: Path) -> Path:
     ckpt = torch.load(src, map_location="cpu", weights_only=True)
     out = {k: v for k, v in ckpt.items() if k not in DROPPED}
     out["model"] = {k: v.half() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
-    out["stored_as"] = "fp16"
     dst.parent.mkdir(parents=True, exist_ok=True)
     torch.save(out, dst)
     return dst

@@ -255,6 +255,12 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
                 qp.ascend(res.votes.detach(), batch.y, config.qp_lr, reduce)
         return res
 
+    def record_of(epoch: int) -> dict:
+        """What every checkpoint carries beside the weights: configs, history and provenance."""
+        return {"config": _model_config(model), "train_config": asdict(config), "epoch": epoch,
+                "history": run.history, "train_seconds": run.train_seconds, "hardware": run.hardware,
+                "precision": precision, "dataset": config.dataset}
+
     began = time.perf_counter()
     epoch = start - 1
     for epoch in range(start, config.epochs + 1):
@@ -304,23 +310,19 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
         if keep:
             best_state, run.kept_epoch = state, epoch
             best_acc = val["acc"] if val is not None else best_acc
-        common = {"config": _model_config(model), "train_config": asdict(config), "epoch": epoch,
-                  "history": run.history, "train_seconds": run.train_seconds, "hardware": run.hardware,
-                  "precision": precision, "dataset": config.dataset}
+        common = record_of(epoch)
         torch.save({**common, "model": state, "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "rng": rng}, out / "last.pt")
-        if keep:
-            torch.save({**common, "model": state, "epoch": epoch}, out / "best.pt")
+        if keep:  # now, so that a run cut off later (and its --resume) still has it
+            torch.save({**common, "model": state}, out / "best.pt")
         (out / "metrics.json").write_text(json.dumps(run.history, indent=2))
         if last:
             break
 
     run.epochs_run = epoch
-    if master and best_state is not None and run.kept_epoch:  # the kept weights, with the whole run's record
-        best = {"config": _model_config(model), "train_config": asdict(config), "epoch": run.kept_epoch,
-                "epochs_run": epoch, "history": run.history, "train_seconds": run.train_seconds,
-                "hardware": run.hardware, "precision": precision, "dataset": config.dataset, "model": best_state}
-        torch.save(best, out / "best.pt")
+    if master and best_state is not None:  # the kept weights again, now with the whole run's record
+        torch.save({**record_of(epoch), "model": best_state, "epoch": run.kept_epoch, "epochs_run": epoch},
+                   out / "best.pt")
     if master and run.history:
         save_curves(run.history, out / "curves.png")
     run.selection = selection(config, run.epochs_run)

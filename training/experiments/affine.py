@@ -278,7 +278,8 @@ def main(argv=None) -> dict:
     common.write_result(
         "affine", rows,
         setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best epoch on "
-                f"translated validation of those run ({', '.join(ran)} of {args.epochs} planned), {run.precision}; test: 10,000 MNIST test digits, "
+                f"translated validation of those run ({', '.join(ran)} of {args.epochs} planned), {run.precision}; "
+                "test: 10,000 MNIST test digits, "
                 f"translated / affine (rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
                 f"translation in the box), seed {args.test_seed}",
         paper_setting="padded and translated 40x40 MNIST, early stopping; test on affNIST",

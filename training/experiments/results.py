@@ -14,8 +14,8 @@ from pathlib import Path
 from training.experiments import common
 
 ORDER = ("mnist", "multimnist", "affine", "ablation", "fashion")  # the order; others follow by name
-TITLES = {"mnist": "MNIST (section 5, the shipped model)", "multimnist": "MultiMNIST (section 6)", "affine": "Affine robustness (section 5.2)",
-          "ablation": "Routing and reconstruction ablation (Table 1)", "fashion": "Fashion-MNIST (QP paper, Table II)"}
+TITLES = {"mnist": "MNIST (section 5, the shipped model)", "multimnist": "MultiMNIST (section 6)",
+          "affine": "Affine robustness (section 5.2)", "ablation": "Routing and reconstruction ablation (Table 1)", "fashion": "Fashion-MNIST (QP paper, Table II)"}
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 HEADER = ("| Experiment | Model | Metric | Ours | Paper | Run | Epochs | Training images | Wall time | Hardware |\n"
           "|---|---|---|---:|---:|---|---:|---:|---:|---|")
