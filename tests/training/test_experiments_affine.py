@@ -116,11 +116,10 @@ def test_shipped_affine_capsnet_reads_translated_and_affine_digits(digits, digit
     shipped = contract.SHIPPED["affine"]
     card = json.loads((shipped.directory / contract.MODEL_CARD).read_text())
     sess = ort.InferenceSession(str(shipped.directory / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
-    labels = digit_labels
     for name, x in (("expanded MNIST", affine.translate(digits, torch.Generator().manual_seed(5))),
                     ("affNIST-like", affine.affnist_like(digits, torch.Generator().manual_seed(5))[0])):
         (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: x.numpy()})
-        right = (lengths.argmax(1) == labels.numpy()).mean()
+        right = (lengths.argmax(1) == digit_labels.numpy()).mean()
         measured = card["expanded_mnist_accuracy"] if name == "expanded MNIST" else card["test_accuracy"]
         assert abs(right - measured) < 0.06, (name, right, measured)  # 300 digits land near the 10,000's figure
     assert card["dataset"] == "affine" and card["test_count"] == 10_000

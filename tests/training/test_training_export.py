@@ -85,8 +85,8 @@ def test_cli_writes_the_card(tmp_path, idx_dir):
 
 @pytest.mark.slow
 def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_path, mnist_fixture):
-    """A model from an fp16 checkpoint ships at half the size with bit-identical outputs; a model with
-    weights fp16 would round keeps its fp32 file."""
+    """A model whose weights are fp16 values (an fp16 checkpoint's) ships at about half the size and
+    still matches PyTorch; a model with weights fp16 would round keeps its fp32 file."""
     import onnx
     model, capsnet_path, _ = exported
     assert not export.store_fp16_if_lossless(capsnet_path)  # random fp32 weights: left as they are
