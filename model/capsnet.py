@@ -20,8 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from model import contract
-from model.routing import (ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, fused_digit_routing,
-                           squash)
+from model.routing import (ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, digit_routing,
+                           fused_digit_routing, squash)
 
 __all__ = ["squash", "capsule_length", "one_hot", "StridedConv2d", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps",
            "MatrixDigitCaps", "Decoder", "margin_loss", "CapsNetConfig", "CapsNetOutput", "CapsNet", "create_routing"]
@@ -117,9 +117,12 @@ class DigitCaps(nn.Module):
         (fused_digit_routing never stores them; nothing in training reads them)."""
         with torch.autocast(u.device.type, enabled=False):
             u = u.float()
-            if self.training and isinstance(self.routing, DynamicRouting) and torch.is_grad_enabled():
-                v, c = fused_digit_routing(u, self.W, self.routing.iters)  # the votes are never stored
-                return v, capsule_length(v), c, None
+            if isinstance(self.routing, DynamicRouting):
+                if self.training and torch.is_grad_enabled():
+                    v, c = fused_digit_routing(u, self.W, self.routing.iters)  # the votes are never stored
+                    return v, capsule_length(v), c, None
+                v, c, u_hat = digit_routing(u, self.W, self.routing.iters)  # matmuls, also in ONNX
+                return v, capsule_length(v), c, u_hat
             u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
             v, lengths, c = self.routing(u_hat)  # (B, 10, 16), (B, 10), (B, 1152, 10)
         return v, lengths, c, u_hat

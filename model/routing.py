@@ -235,6 +235,26 @@ def fused_digit_routing(u: torch.Tensor, W: torch.Tensor, iters: int = 3,
     return _FusedDigitRouting.apply(u, W, iters, chunk)
 
 
+def digit_routing(u: torch.Tensor, W: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 2 and Procedure 1 for inference and export: the votes and the routing of
+    fused_digit_routing's forward (parent-major votes, every sum a batched matmul), keeping the votes.
+
+    The same values as dynamic_routing(einsum(W, u), iters). The formulation matters for export: each
+    step becomes an ONNX MatMul, where einsum's equations become Einsum nodes that ONNX Runtime's CPU
+    kernel ran about 6 of the flagship's 11 ms at batch 1 on a 2-core Xeon (the MatMuls: well
+    under 2 ms; benchmarks/cpu_profile.py).
+
+    Returns:
+        v (B, N_out, D), the final couplings c (B, N_in, N_out) and the votes u_hat (B, N_in, N_out, D)
+        (a transposed view of the parent-major votes).
+    """
+    if iters < 1:
+        raise ValueError(f"routing needs at least one iteration, got {iters}")
+    u_hat = _votes(u, W)  # (B, N_out, N_in, D)
+    cs, _, vs = _route(u_hat, iters)
+    return vs[-1], cs[-1].transpose(1, 2), u_hat.transpose(1, 2)
+
+
 def routing_logit_changes(u_hat: torch.Tensor, iters: int = 10) -> torch.Tensor:
     """Appendix A, Fig. A.1: the mean |delta b_ij| that each iteration of Procedure 1 adds to the logits.
 

@@ -3,6 +3,7 @@
 $ python -m training.export                                   # runs/mnist/best.pt -> model/
 $ python -m training.export --checkpoint runs/fashion-mnist/best.pt   # -> model/fashion-mnist/
 $ python -m training.export --checkpoint runs/x/best.pt --out-dir /tmp/m --no-evaluate
+$ python -m training.export --reexport model/multimnist          # the same weights through this code
 
 Both graphs have a dynamic batch axis and the names of model/contract.py. Like timm's onnx_export,
 the export checks itself: ONNX Runtime must match PyTorch on real test images at batch sizes 1, 7 and
@@ -13,7 +14,9 @@ import argparse
 import datetime
 import hashlib
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from model import contract
-from model.capsnet import CapsNet, capsule_length, mask_capsules
+from model.capsnet import CapsNet, CapsNetConfig, capsule_length, mask_capsules
 from training import data
 from training.config import TrainConfig, selection
 from training.evaluate import evaluate_onnx, load_checkpoint
@@ -235,6 +238,76 @@ def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: P
     return card
 
 
+def model_from_graphs(model_dir: Path) -> CapsNet:
+    """The PyTorch model whose weights a model folder's capsnet.onnx holds, built from its card's
+    model_config; weights stored as fp16 (store_fp16_if_lossless) come back as the fp32 they stand for.
+    Every parameter must be found (a strict load), so a graph from other code fails here."""
+    import onnx
+    from onnx import numpy_helper
+    card = json.loads((model_dir / contract.MODEL_CARD).read_text())
+    model = CapsNet(CapsNetConfig(**card["model_config"]))
+    prefix = "model."  # ExportedCapsNet's attribute
+    state = {}
+    for tensor in onnx.load(str(model_dir / contract.CAPSNET_ONNX)).graph.initializer:
+        name = tensor.name.removesuffix(".fp16")
+        if name.startswith(prefix) and name[len(prefix):] in model.state_dict():
+            state[name[len(prefix):]] = torch.from_numpy(numpy_helper.to_array(tensor).astype(np.float32))
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def test_images(card: dict, data_dir: Path | None = None) -> np.ndarray:
+    """The test images of the dataset the model was trained on, centred on its input size (N, S, S) uint8."""
+    dataset = card["train_config"]["dataset"]
+    images = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"].images.numpy()
+    pad = (card["model_config"]["image_size"] - images.shape[-1]) // 2
+    return np.pad(images, ((0, 0), (pad, pad), (pad, pad)))
+
+
+def compare_graphs(old: Path, new: Path, images: np.ndarray, batch_size: int = 500) -> tuple[float, int]:
+    """Max |new - old| over every output on images (N, S, S) uint8, and on how many the argmax differs."""
+    import onnxruntime as ort
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (old, new)]
+    worst, differ = 0.0, 0
+    for start in range(0, len(images), batch_size):
+        x = images[start:start + batch_size, None].astype(np.float32) / 255.0
+        a, b = (s.run(list(contract.CAPSNET_OUTPUTS), {contract.IMAGE: x}) for s in sessions)
+        worst = max(worst, *(float(np.abs(p - q).max()) for p, q in zip(a, b)))
+        differ += int((a[0].argmax(1) != b[0].argmax(1)).sum())
+    return worst, differ
+
+
+def reexport(model_dir: Path, data_dir: Path | None = None) -> dict:
+    """Export a model folder's model again with this code, from its own graphs' weights (model_from_graphs).
+
+    The new graphs replace the old ones only if they compute the same function: max |new - old| <=
+    PARITY_TOL over every output on the full test set of the model's dataset (centred on its input
+    size) and not one prediction changed; the card's measured figures then carry over, and it gets
+    the new version, the export's parity and a `reexport` record of the comparison.
+    """
+    model_dir = Path(model_dir)
+    card = json.loads((model_dir / contract.MODEL_CARD).read_text())
+    model, images = model_from_graphs(model_dir), test_images(card, data_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        capsnet_path, decoder_path = export(model, Path(tmp))
+        parity = check_parity(model, capsnet_path, decoder_path, images)
+        worst, differ = compare_graphs(model_dir / contract.CAPSNET_ONNX, capsnet_path, images)
+        if worst > PARITY_TOL or differ:
+            raise AssertionError(f"the re-exported graph is not the same function: max |diff| {worst:.2e}, "
+                                 f"{differ} of {len(images)} predictions changed; {model_dir} left as it was")
+        for path in (capsnet_path, decoder_path):
+            shutil.copy(path, model_dir / path.name)
+    card["reexport"] = {"previous_version": card["version"], "date": datetime.date.today().isoformat(),
+                        "images": f"the {len(images):,} {card['train_config']['dataset']} test images",
+                        "max_abs_diff_vs_previous": worst, "changed_predictions": differ}
+    card.update(version=sha256(model_dir / contract.CAPSNET_ONNX)[:12], parity_max_abs_diff=parity, opset=OPSET,
+                stored_weights=stored_weights(model_dir / contract.CAPSNET_ONNX))
+    (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    print(f"re-exported {model_dir}: {card['reexport']['previous_version']} -> {card['version']}, max |diff| "
+          f"{worst:.2e} on {len(images):,} test images, no prediction changed; parity vs PyTorch {parity:.2e}")
+    return card
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, default=Path("runs/mnist/best.pt"))
@@ -245,7 +318,11 @@ def main(argv=None) -> dict:
                    help="skip the full test-set evaluation (the card's accuracy is then null)")
     p.add_argument("--triton", type=Path, default=None, metavar="DIR",
                    help="also write a Triton model repository of the exported models (training/triton.py)")
+    p.add_argument("--reexport", type=Path, default=None, metavar="MODEL_DIR",
+                   help="export a model folder again from its own graphs' weights (after export code changes)")
     args = p.parse_args(argv)
+    if args.reexport:
+        return reexport(args.reexport, args.data_dir)
     return export_checkpoint(args.checkpoint, args.out_dir, args.data_dir, args.evaluate, args.triton)
 
 

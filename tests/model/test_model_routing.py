@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from model.capsnet import DigitCaps
-from model.routing import capsule_length, dynamic_routing, fused_digit_routing, squash
+from model.routing import capsule_length, digit_routing, dynamic_routing, fused_digit_routing, squash
 
 
 @pytest.mark.parametrize("norm", [0.0, 1e-3, 0.5, 1.0, 3.0, 100.0])
@@ -80,6 +80,18 @@ def test_zero_iterations_is_an_error():
 def test_one_iteration_couples_uniformly():
     _, c = dynamic_routing(torch.randn(2, 50, 10, 16), iters=1)
     assert torch.allclose(c, torch.full_like(c, 0.1))
+
+
+@pytest.mark.parametrize("iters", [1, 3])
+def test_digit_routing_is_procedure_1_on_the_votes_of_eq_2(iters):
+    """The inference formulation (matmuls, parent-major votes) = dynamic_routing(einsum(W, u)), votes included."""
+    torch.manual_seed(0)
+    u, W = torch.randn(5, 7, 3, dtype=torch.float64), torch.randn(7, 4, 6, 3, dtype=torch.float64)
+    u_hat_ref = torch.einsum("ijdk,bik->bijd", W, u)
+    v_ref, c_ref = dynamic_routing(u_hat_ref, iters)
+    v, c, u_hat = digit_routing(u, W, iters)
+    for got, want in ((v, v_ref), (c, c_ref), (u_hat, u_hat_ref)):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("iters, chunk", [(1, 2), (2, 3), (3, 2), (3, 8)])

@@ -98,3 +98,44 @@ def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_pat
     assert half_path.stat().st_size < 0.55 * capsnet_path.stat().st_size
     parity = export.check_parity(rounded, half_path, tmp_path / contract.DECODER_ONNX, mnist_fixture[0], batches=(4,))
     assert parity < 1e-5  # the graph computes with exactly the PyTorch model's weights
+
+
+@pytest.mark.slow
+def test_dynamic_routing_exports_as_matmuls(exported):
+    """Procedure 1 reaches ONNX as MatMul nodes: ONNX Runtime's CPU Einsum took most of the routing's time."""
+    import onnx
+    ops = {node.op_type for node in onnx.load(str(exported[1])).graph.node}
+    assert "MatMul" in ops and "Einsum" not in ops
+
+
+@pytest.mark.slow
+def test_reexport_rebuilds_the_same_function_from_the_graphs(exported, tmp_path, idx_dir):
+    """model_from_graphs recovers every weight; reexport replaces the graphs and keeps the card's figures."""
+    model, capsnet_path, decoder_path = exported
+    for path in (capsnet_path, decoder_path):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    card = {"version": "old", "test_accuracy": 0.5, "model_config": asdict(CapsNetConfig()),
+            "train_config": asdict(TrainConfig(dataset="mnist"))}
+    (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
+    rebuilt = export.model_from_graphs(tmp_path).state_dict()
+    for name, value in model.state_dict().items():
+        assert torch.equal(rebuilt[name], value), name
+    new = export.reexport(tmp_path, idx_dir)
+    assert new["test_accuracy"] == 0.5 and new["version"] == export.sha256(tmp_path / contract.CAPSNET_ONNX)[:12]
+    assert new["reexport"]["previous_version"] == "old" and new["reexport"]["changed_predictions"] == 0
+    assert new["reexport"]["max_abs_diff_vs_previous"] <= export.PARITY_TOL
+
+
+@pytest.mark.slow
+def test_reexport_refuses_a_graph_that_is_not_the_cards_model(exported, tmp_path, idx_dir):
+    """A card whose model_config does not describe the graph (other sizes) fails the strict load."""
+    _, capsnet_path, decoder_path = exported
+    for path in (capsnet_path, decoder_path):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    card = {"version": "old", "model_config": asdict(CapsNetConfig(caps_dim=8)),
+            "train_config": asdict(TrainConfig(dataset="mnist"))}
+    (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        export.reexport(tmp_path, idx_dir)
+    assert json.loads((tmp_path / contract.MODEL_CARD).read_text())["version"] == "old"
+
