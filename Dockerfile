@@ -62,7 +62,7 @@ RUN sed -E "s/^onnxruntime-gpu([<>=!~; ]|$)/${ORT_PACKAGE}\1/" requirements-serv
 
 FROM runtime AS api
 COPY --from=builder-api /opt/venv /opt/venv
-COPY model/__init__.py model/contract.py model/capsnet.onnx model/decoder.onnx model/capsnet.json ./model/
+COPY model/__init__.py model/contract.py model/capsnet.onnx model/capsnet.int8.onnx model/decoder.onnx model/capsnet.json ./model/
 COPY app/ ./app/
 # every CAPSNET_* setting of app/settings.py can be given with `docker run -e` or in compose;
 # one process per container (one engine, one batcher): scale out with more containers

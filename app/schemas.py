@@ -56,6 +56,8 @@ class ModelInfo(BaseModel):
     name: str = Field(examples=["capsnet-mnist"])
     version: str = Field(description="first 12 hex digits of the sha256 of capsnet.onnx", examples=["0f9463a855b3"])
     provider: str = Field(description="the ONNX Runtime execution provider in use", examples=["CPUExecutionProvider"])
+    precision: Literal["fp32", "int8"] = Field(description="which graph answered: capsnet.onnx (fp32) or its "
+                                               "int8-quantised variant (CPU)")
 
 
 def _predict_example() -> dict:
@@ -69,7 +71,8 @@ def _predict_example() -> dict:
         "routing": {"coefficients": [[0.1] * C for _ in range(P)],
                     "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)], "weighting": "vote_length"},
         "input": PNG_EXAMPLE,
-        "model": {"name": "capsnet-mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider"},
+        "model": {"name": "capsnet-mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider",
+                  "precision": "fp32"},
     }
 
 
@@ -141,6 +144,7 @@ class Health(BaseModel):
 class Ready(BaseModel):
     status: Literal["ready"] = "ready"
     providers: list[str] = Field(examples=[["CPUExecutionProvider"]])
+    precision: Literal["fp32", "int8"] = Field(description="the graph in use (CAPSNET_PRECISION)")
 
 
 class Batching(BaseModel):
@@ -158,6 +162,8 @@ class ModelCard(BaseModel):
     name: str
     version: str
     providers: list[str] = Field(description="session.get_providers(): what really runs the model")
+    precision: Literal["fp32", "int8"] = Field(description="the graph in use: version is its sha256's first 12 "
+                                               "hex digits (the card's own for fp32, int8.version for int8)")
     batching: Batching
     routing_maps: Literal["vote_length", "coupling"]
 

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # --- model and execution ---------------------------------------------------------------------
     model_dir: Path = contract.MODEL_DIR  # holds capsnet.onnx, decoder.onnx, capsnet.json
     providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
+    # fp32: capsnet.onnx; int8: capsnet.int8.onnx (training/quantize.py); auto: int8 when the model runs
+    # on the CPU and its card ships the int8 graph (as accurate to 0.05 points, and faster), else fp32
+    precision: Literal["auto", "fp32", "int8"] = "auto"
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = its default")
     # ORT's CPU threads busy-wait between runs by default; in a server they would starve the event
     # loop and the image decoding threads of the same cores, so they sleep unless this is set
@@ -84,6 +87,9 @@ class Settings(BaseSettings):
         for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
             if not (self.model_dir / name).is_file():
                 raise ValueError(f"model_dir {self.model_dir} has no {name} (export one with `python -m training.export`)")
+        if self.precision == "int8" and not (self.model_dir / contract.CAPSNET_INT8_ONNX).is_file():
+            raise ValueError(f"precision int8 needs {self.model_dir / contract.CAPSNET_INT8_ONNX} "
+                             "(make it with `python -m training.quantize`), or use precision auto or fp32")
         return self
 
 

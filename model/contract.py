@@ -68,6 +68,7 @@ DECODER_SHAPES = {k: CAPSNET_SHAPES[k] for k in DECODER_INPUTS + DECODER_OUTPUTS
 MODEL_DIR = Path(__file__).resolve().parent
 CAPSNET_ONNX = "capsnet.onnx"
 DECODER_ONNX = "decoder.onnx"
+CAPSNET_INT8_ONNX = "capsnet.int8.onnx"  # the CPU variant of CAPSNET_ONNX (training/quantize.py), where it ships
 MODEL_CARD = "capsnet.json"
 
 

@@ -18,11 +18,11 @@ async def health() -> Health:
 async def ready(engine: EngineDep):
     if not engine.ready:
         return JSONResponse({"detail": f"not ready: {engine.state}"}, 503)
-    return Ready(providers=engine.providers)
+    return Ready(providers=engine.providers, precision=engine.precision)
 
 
 @router.get("/model", response_model=ModelCard, summary="Model card and the execution providers in use")
 async def model(engine: EngineDep) -> ModelCard:
     batching = Batching.model_validate(engine.settings, from_attributes=True)
-    return ModelCard(**{**engine.card, "providers": engine.providers, "routing_maps": engine.routing_weighting,
-                        "batching": batching})
+    return ModelCard(**{**engine.card, "version": engine.version, "providers": engine.providers,
+                        "precision": engine.precision, "routing_maps": engine.routing_weighting, "batching": batching})

@@ -92,7 +92,8 @@ def render(outputs: Outputs, image: np.ndarray, include: set[str], engine: Engin
                            "maps": routing_maps(routing, outputs.get(contract.VOTE_LENGTHS)),
                            "weighting": engine.routing_weighting}
     body["input"] = imaging.png_data_url(image)
-    body["model"] = {"name": engine.name, "version": engine.version, "provider": engine.providers[0]}
+    body["model"] = {"name": engine.name, "version": engine.version, "provider": engine.providers[0],
+                     "precision": engine.precision}
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 

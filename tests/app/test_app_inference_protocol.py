@@ -2,6 +2,7 @@
 and their errors for what a client can get wrong."""
 import json
 
+import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -23,8 +24,11 @@ def tc(api_url) -> triton.InferenceServerClient:
 
 
 @pytest.fixture(scope="module")
-def session() -> ort.InferenceSession:
-    return ort.InferenceSession(str(contract.MODEL_DIR / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
+def session(api_url) -> ort.InferenceSession:
+    """The graph the server says it runs (/ready's precision: int8 on a CPU where the card ships it)."""
+    precision = httpx.get(f"{api_url}/ready").json()["precision"]
+    graph = contract.CAPSNET_INT8_ONNX if precision == "int8" else contract.CAPSNET_ONNX
+    return ort.InferenceSession(str(contract.MODEL_DIR / graph), providers=["CPUExecutionProvider"])
 
 
 def images(mnist_fixture, n: int) -> np.ndarray:

@@ -3,6 +3,7 @@ import logging
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
@@ -24,7 +25,8 @@ def test_ready_is_503_before_warm_up(settings):
     assert r.status_code == 503 and "not ready" in r.json()["detail"]
     assert client.get("/health").status_code == 200
     engine.warm_up()
-    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"]}
+    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
+                                           "precision": engine.precision}
 
 
 @pytest.mark.parametrize("explicit", [True, False])
@@ -117,3 +119,34 @@ def test_a_model_that_cannot_serve_ends_the_process_with_one_line(tmp_path, brea
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"cannot serve the model in {tmp_path}: ") and why in last, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("setting, graph", [("fp32", contract.CAPSNET_ONNX), ("int8", contract.CAPSNET_INT8_ONNX)])
+def test_precision_picks_the_graph_that_answers(settings, mnist_fixture, setting, graph):
+    """CAPSNET_PRECISION names the graph: the engine's outputs are that graph's, its version that file's."""
+    import onnxruntime as ort
+
+    from training.export import sha256
+    engine = Engine(settings.model_copy(update={"precision": setting}))
+    x = mnist_fixture[0][:8, None].astype(np.float32) / 255
+    (want,) = ort.InferenceSession(str(contract.MODEL_DIR / graph), providers=["CPUExecutionProvider"]).run(
+        [contract.LENGTHS], {contract.IMAGE: x})
+    (got,) = engine.capsnet.run([contract.LENGTHS], {contract.IMAGE: x})
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert engine.precision == setting and engine.version == sha256(contract.MODEL_DIR / graph)[:12]
+
+
+@pytest.mark.parametrize("on_cpu, shipped, present, want", [
+    (True, True, True, "int8"), (True, False, True, "fp32"), (False, True, True, "fp32"), (True, True, False, "fp32")])
+def test_auto_precision_is_int8_only_on_a_cpu_where_the_card_ships_it(on_cpu, shipped, present, want):
+    assert engine_module.choose_precision("auto", {"int8": {"shipped": shipped}}, on_cpu, present) == want
+    assert engine_module.choose_precision("auto", {}, on_cpu, present) == "fp32"  # an older card
+    assert engine_module.choose_precision("fp32", {"int8": {"shipped": True}}, on_cpu, present) == "fp32"
+
+
+def test_int8_without_its_graph_stops_start_up_with_a_sentence(tmp_path):
+    for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
+        (tmp_path / name).write_bytes((contract.MODEL_DIR / name).read_bytes())
+    with pytest.raises(ValidationError, match="precision int8 needs .*python -m training.quantize"):
+        Settings(model_dir=tmp_path, precision="int8")
+

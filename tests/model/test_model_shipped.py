@@ -42,3 +42,16 @@ def test_card_names_the_shipped_graph(card):
     assert card["parity_max_abs_diff"] <= 1e-4
     assert set(card["outputs"]) == set(contract.CAPSNET_OUTPUTS)
     assert np.isfinite(card["train_seconds"]) and card["epochs"] >= 3
+
+
+def test_int8_graph_is_what_its_card_says(card, mnist_fixture):
+    """The int8 graph ships only as accurate as the rule says, and its card's errors are the fixture's."""
+    from training.quantize import MAX_ACCURACY_DROP
+    int8 = card["int8"]
+    path = contract.MODEL_DIR / int8["file"]
+    assert int8["shipped"] and int8["version"] == sha256(path)[:12]
+    assert int8["fp32_test_accuracy"] == card["test_accuracy"]
+    assert int8["fp32_test_accuracy"] - int8["test_accuracy"] <= MAX_ACCURACY_DROP
+    result = evaluate_onnx(path, *mnist_fixture)
+    assert [i for i in int8["misclassified"] if i < 1000] == result["misclassified"]
+
