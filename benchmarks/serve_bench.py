@@ -3,11 +3,14 @@
 $ python -m benchmarks.serve_bench                       # CPU or GPU, whatever CAPSNET_PROVIDERS gives
 $ python -m benchmarks.serve_bench --seconds 2 --clients 1,8
 
-Starts its own servers on 127.0.0.1 (batching on: max_batch 64; off: max_batch 1), each with an
-extra no-op route that parses the same multipart body and answers a small JSON (the HTTP ceiling).
-For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s of
-/predict (full answer) and of the no-op; then the bare session.run time of one image and of a
-batch in this process. Writes benchmarks/results/serve_bench.json and .md. Not a test.
+Starts its own servers on 127.0.0.1 (batching on: max_batch 64; off: max_batch 1), each with two
+extra routes: a no-op that parses the same multipart body and answers a small JSON (the HTTP
+ceiling), and one that times the engine's own session.run in the server process (the bare model:
+the same graph, threads and cores as /predict). For each server and 1, 8, 64 concurrent clients it
+measures p50/p99 latency and requests/s of /predict (full answer) and of the no-op. Where the
+machine has two cores or more, the server is pinned to the first half of them (ONNX Runtime gets
+that many threads) and this process, the load generator, to the rest, so that the two do not take
+each other's cores. Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 import argparse
 import asyncio
@@ -36,18 +39,29 @@ BARE_REPEATS = (200, 10)  # session.run repeats at batch 1 and at BATCH
 BATCH = 64
 RESULTS = REPO / "benchmarks" / "results"
 NOOP = "/_bench/noop"
+BARE = "/_bench/bare"
 # -----------------------------------------------------------------------------------------------
 
 
-def serve(max_batch: int) -> None:
-    """Child process: the real app plus the no-op route, under uvicorn."""
+def split_cpus() -> tuple[set[int], set[int]]:
+    """(server's cores, load generator's cores): the first half and the rest of this process's cores;
+    both all of them on a single core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cpus) // 2)
+    return (set(cpus[:half]), set(cpus[half:])) if len(cpus) > 1 else (set(cpus), set(cpus))
+
+
+def serve(max_batch: int, cores: set[int]) -> None:
+    """Child process, pinned to the server's cores: the real app, the no-op route and the bare-model
+    route, under uvicorn."""
     import uvicorn
     from fastapi import Request
 
     from app.main import create_app
     from app.settings import Settings
 
-    settings = Settings(host=HOST, port=PORT, max_batch=max_batch, log_level="warning")
+    os.sched_setaffinity(0, cores)
+    settings = Settings(host=HOST, port=PORT, max_batch=max_batch, log_level="warning", intra_op_threads=len(cores))
     app = create_app(settings)
 
     @app.post(NOOP, include_in_schema=False)
@@ -55,6 +69,19 @@ def serve(max_batch: int) -> None:
         async with request.form() as form:
             await form["file"].read()
         return {"prediction": 0}
+
+    @app.get(BARE, include_in_schema=False)
+    def bare(batch: int, repeats: int) -> dict:  # a plain def: runs on a worker thread, as the batcher's runs do
+        engine = app.state.engine
+        size = engine.capsnet.get_inputs()[0].shape[-1]
+        x = np.random.default_rng(0).random((batch, 1, size, size), np.float32)
+        engine.capsnet.run(engine.output_names, {contract.IMAGE: x})
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            engine.capsnet.run(engine.output_names, {contract.IMAGE: x})
+            times.append((time.perf_counter() - start) * 1000)
+        return {"p50_ms": round(float(np.median(times)), 3)}
 
     uvicorn.run(app, host=HOST, port=PORT, log_level="warning")
 
@@ -115,10 +142,13 @@ def device() -> str:
     return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"
 
 
-async def bench_server(max_batch: int, clients_list, seconds: float, body: bytes) -> tuple[list[dict], list[str], dict]:
+async def bench_server(max_batch: int, clients_list, seconds: float, body: bytes,
+                       server_cpus: set[int]) -> tuple[list[dict], list[str], str, dict]:
     """Start a server, time the bare model while it idles (same moment, same machine load), then load it."""
     import httpx
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.serve_bench", "--serve", str(max_batch)], cwd=REPO)
+    cores = ",".join(map(str, sorted(server_cpus)))
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.serve_bench", "--serve", str(max_batch),
+                                "--cores", cores], cwd=REPO)
     rows = []
     try:
         limits = httpx.Limits(max_connections=max(clients_list), max_keepalive_connections=max(clients_list))
@@ -132,8 +162,9 @@ async def bench_server(max_batch: int, clients_list, seconds: float, body: bytes
                 await asyncio.sleep(0.2)
             else:
                 raise RuntimeError("the server did not become ready")
-            providers = (await client.get("/ready")).json()["providers"]
-            bare = bare_session_run(providers)
+            ready = (await client.get("/ready")).json()
+            providers, precision = ready["providers"], ready["precision"]
+            bare = await bare_session_run(client)
             batching = "on" if max_batch > 1 else "off"
             cases = [("/predict", "all", {})] + [("/predict", "none", {"include": ""})] + [(NOOP, "-", {})]
             for clients in clients_list:
@@ -152,35 +183,26 @@ async def bench_server(max_batch: int, clients_list, seconds: float, body: bytes
     finally:
         process.terminate()
         process.wait(30)
-    return rows, providers, bare
+    return rows, providers, precision, bare
 
 
-def bare_session_run(providers: list[str]) -> dict:
-    """session.run alone, in this process, on the providers the server used (all outputs, as the server)."""
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the server's default
-    session = ort.InferenceSession(str(contract.MODEL_DIR / contract.CAPSNET_ONNX), options, providers=providers)
+async def bare_session_run(client) -> dict:
+    """The engine's session.run alone, timed in the server process while it idles (all outputs, as /predict)."""
     out = {}
     for n, repeats in zip((1, BATCH), BARE_REPEATS):
-        x = np.random.default_rng(0).random((n, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
-        session.run(None, {contract.IMAGE: x})
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            session.run(None, {contract.IMAGE: x})
-            times.append((time.perf_counter() - start) * 1000)
-        out[f"batch_{n}_p50_ms"] = round(float(np.median(times)), 3)
+        response = await client.get(BARE, params={"batch": n, "repeats": repeats})
+        out[f"batch_{n}_p50_ms"] = response.raise_for_status().json()["p50_ms"]
     out[f"batch_{BATCH}_images_per_s"] = round(BATCH / out[f"batch_{BATCH}_p50_ms"] * 1000, 1)
     return out
 
 
 def markdown(report: dict) -> str:
     bare = report["bare_session_run"]
-    lines = [f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])})", "",
-             f"{report['when']}; {report['seconds']} s per row; client and server on the same machine; "
+    lines = [f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])}, {report['precision']})", "",
+             f"{report['when']}; {report['seconds']} s per row; client and server on the same machine, the server on "
+             f"cores {report['server_cpus']}, the load generator on {report['client_cpus']}; "
              f"1-min load average {report['load_average'][0]} before, {report['load_average'][1]} after.", "",
-             f"Bare session.run: batch 1 p50 {bare['batch_1_p50_ms']} ms; batch {BATCH} p50 "
+             f"Bare session.run (the server's session, in the server process): batch 1 p50 {bare['batch_1_p50_ms']} ms; batch {BATCH} p50 "
              f"{bare[f'batch_{BATCH}_p50_ms']} ms ({bare[f'batch_{BATCH}_images_per_s']} images/s).", "",
              "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -213,23 +235,28 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--serve", type=int, metavar="MAX_BATCH", help=argparse.SUPPRESS)
+    p.add_argument("--cores", help=argparse.SUPPRESS)  # the server's, with --serve
     p.add_argument("--seconds", type=float, default=SECONDS)
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)))
     p.add_argument("--out", type=Path, default=RESULTS / "serve_bench.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
     if args.serve is not None:
-        serve(args.serve)
+        serve(args.serve, {int(c) for c in args.cores.split(",")})
         return {}
     clients = [int(c) for c in args.clients.split(",")]
+    server_cpus, client_cpus = split_cpus()
+    os.sched_setaffinity(0, client_cpus)  # the server child sets its own
     load_before = os.getloadavg()[0]
     body = digit_png()
     rows, bares = [], []
     for max_batch in (64, 1):
-        server_rows, providers, bare = asyncio.run(bench_server(max_batch, clients, args.seconds, body))
+        server_rows, providers, precision, bare = asyncio.run(bench_server(max_batch, clients, args.seconds, body,
+                                                                                  server_cpus))
         rows, bares = rows + server_rows, bares + [bare]
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
-    report = {"device": device(), "providers": providers, "when": time.strftime("%Y-%m-%d %H:%M"),
+    report = {"device": device(), "providers": providers, "precision": precision,
+              "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "when": time.strftime("%Y-%m-%d %H:%M"),
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
               "seconds": args.seconds, "bare_session_run": bare,
               "rows": rows, "targets": targets(rows, bare, on_gpu)}

@@ -1,0 +1,151 @@
+"""Where a /predict request's CPU time goes: its stages timed one by one, and session.run by operator.
+
+$ python -m benchmarks.cpu_profile                      # the graph the service would serve here
+$ CAPSNET_PRECISION=fp32 python -m benchmarks.cpu_profile --out benchmarks/results/cpu_profile_fp32.json
+
+Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test digit, multipart):
+  multipart        Starlette parsing the body (what serve_bench's no-op route does)
+  decode+prepare   imaging.decode and imaging.preprocess (crop, fit, centre)
+  batcher hop      engine.predict (queue, batching thread, future, event loop) minus session.run
+  session.run      the engine's session alone at batch 1, all outputs, on the batching thread's terms
+  render           the full JSON answer (two PNGs, orjson)
+The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_bench's no-op route
+costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type.
+Writes benchmarks/results/cpu_profile.json and .md. Not a test.
+"""
+import argparse
+import asyncio
+import collections
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.serve_bench import device, digit_png
+from model import contract
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+REPEATS = 300
+
+
+def median_ms(fn, repeats: int = REPEATS) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return round(1000 * float(np.median(times)), 3)
+
+
+def multipart_ms(body: bytes) -> float:
+    """Starlette's multipart parsing of a request carrying `body` as the file field."""
+    from starlette.requests import Request
+    boundary = "capsnetprofile"
+    payload = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="digit.png"\r\n'
+               f"Content-Type: image/png\r\n\r\n").encode() + body + f"\r\n--{boundary}--\r\n".encode()
+    scope = {"type": "http", "method": "POST", "path": "/predict", "query_string": b"",
+             "headers": [(b"content-type", f"multipart/form-data; boundary={boundary}".encode())]}
+
+    async def parse():
+        async def receive():
+            return {"type": "http.request", "body": payload, "more_body": False}
+        async with Request(scope, receive).form() as form:
+            await form["file"].read()
+
+    loop = asyncio.new_event_loop()
+    try:
+        return median_ms(lambda: loop.run_until_complete(parse()))
+    finally:
+        loop.close()
+
+
+def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, float]:
+    """ms per run by op type, from ONNX Runtime's profiler, at batch 1."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory() as tmp:
+        options.enable_profiling, options.profile_file_prefix = True, str(Path(tmp) / "ort")
+        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(0).random((1, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
+        for _ in range(runs):
+            session.run(None, {contract.IMAGE: x})
+        events = json.loads(Path(session.end_profiling()).read_text())
+    by_op: collections.Counter = collections.Counter()
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            by_op[event["args"]["op_name"]] += event["dur"]
+        elif event.get("name") == "model_run":
+            by_op["(whole run)"] += event["dur"]
+    return {op: round(us / runs / 1000, 3) for op, us in by_op.most_common()}
+
+
+def profile() -> dict:
+    from app import imaging
+    from app.engine import Engine
+    from app.routes.predict import render
+    from app.settings import Settings
+
+    settings = Settings(log_level="warning")
+    engine = Engine(settings)
+    engine.warm_up()
+    body = digit_png()
+    image = imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")
+    x = image[None, None].astype(np.float32)
+    outputs = {n: o[0] for n, o in zip(engine.output_names, engine.capsnet.run(engine.output_names,
+                                                                                {contract.IMAGE: x}))}
+    include = {"capsules", "reconstruction", "routing"}
+    stages = {
+        "multipart": multipart_ms(body),
+        "decode+prepare": median_ms(lambda: imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")),
+        "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
+        "render": median_ms(lambda: render(outputs, image, include, engine)),
+    }
+    engine.start()
+
+    async def predict_ms() -> float:
+        times = []
+        for _ in range(REPEATS + 1):
+            start = time.perf_counter()
+            await engine.predict(image)
+            times.append(time.perf_counter() - start)
+        return 1000 * float(np.median(times[1:]))
+
+    stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)
+    engine.close()
+    threads = settings.intra_op_threads or os.cpu_count()
+    return {"device": device(), "precision": engine.precision, "graph": engine.capsnet_file,
+            "threads": threads, "when": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2),
+            "stages_ms": stages, "operators_ms": operators(settings.model_dir / engine.capsnet_file, threads)}
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Where /predict's CPU time goes ({report['device']}, {report['graph']}, {report['threads']} "
+             f"threads)", "", f"{report['when']}; 1-min load average {report['load_average']}.", "",
+             "| stage | median ms |", "|---|---:|"]
+    lines += [f"| {name} | {ms} |" for name, ms in report["stages_ms"].items()]
+    lines += ["", "| operator (batch 1) | ms per run |", "|---|---:|"]
+    lines += [f"| {op} | {ms} |" for op, ms in report["operators_ms"].items() if ms >= 0.01]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cpu_profile", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=RESULTS / "cpu_profile.json", help="the JSON (and its .md beside it)")
+    args = p.parse_args(argv)
+    report = profile()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
