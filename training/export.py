@@ -264,7 +264,7 @@ def test_images(card: dict, data_dir: Path | None = None) -> np.ndarray:
     return np.pad(images, ((0, 0), (pad, pad), (pad, pad)))
 
 
-def compare_graphs(old: Path, new: Path, images: np.ndarray, batch_size: int = 500) -> tuple[float, int]:
+def compare_graphs(old: Path, new: Path, images: np.ndarray, batch_size: int = 64) -> tuple[float, int]:
     """Max |new - old| over every output on images (N, S, S) uint8, and on how many the argmax differs."""
     import onnxruntime as ort
     sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (old, new)]
