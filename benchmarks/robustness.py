@@ -4,6 +4,8 @@ $ python -m benchmarks.robustness                          # every kind, 200 ima
 $ python -m benchmarks.robustness --n 50 --kinds photo,thick --save data/robustness
 $ python -m benchmarks.robustness --url http://localhost:8000   # the same images through HTTP /predict
 $ python -m benchmarks.robustness --mnist                  # the 10,000 MNIST test digits as 28x28 PNGs
+$ taskset -c 0 python -m benchmarks.robustness --time      # preprocessing time of a 1 MP photo, one core
+$ python -m benchmarks.robustness --strokes                # MNIST's stroke widths (contract.STROKE_RANGE)
 
 Every image is made from an MNIST *test* digit (never seen in training) or a glyph of a font installed
 on this machine (Debian's fonts-dejavu, fonts-liberation, fonts-freefont-ttf for typeset digits;
@@ -313,9 +315,29 @@ def mnist_strokes(n: int = 2000) -> dict:
     for x in images:
         picture, light_ink = imaging.source(Image.fromarray(x))
         paper, digit, factor = imaging.locate(picture, light_ink)
-        widths.append(imaging.stroke_width(imaging.digit_ink(picture, paper, digit, factor)) / imaging.NORM_BOX)
-    p10, p50, p90 = np.percentile(widths, [10, 50, 90])
-    return {"n": n, "p10": round(float(p10), 3), "median": round(float(p50), 3), "p90": round(float(p90), 3)}
+        ink, side = imaging.digit_ink(picture, paper, digit, factor)
+        widths.append(imaging.stroke_width(imaging.at_norm_box(ink, side)) / imaging.NORM_BOX)
+    percents = (1, 2, 5, 10, 50, 90, 95, 98, 99)
+    return {"n": n, **{f"p{q}": round(float(w), 3) for q, w in zip(percents, np.percentile(widths, percents))}}
+
+
+def preprocess_time(repeats: int = 200) -> dict:
+    """Milliseconds to decode, and then to preprocess, the suite's first 1-megapixel photo (median and
+    90th percentile of `repeats`; run it under `taskset -c 0` for one core)."""
+    from app import imaging
+    _, sample = next(generate(["photo"], 1, SEED))
+    decode_ms, preprocess_ms = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        image = imaging.decode(sample.data, 40_000_000)
+        decoded = time.perf_counter()
+        imaging.preprocess(image, "mnist")
+        decode_ms.append(1000 * (decoded - started))
+        preprocess_ms.append(1000 * (time.perf_counter() - decoded))
+    size = Image.open(io.BytesIO(sample.data)).size
+    return {"image": f"{size[0]}x{size[1]} JPEG, {len(sample.data):,} bytes", "repeats": repeats,
+            **{f"{name}_ms_{q}": round(float(np.percentile(ms, q)), 3)
+               for name, ms in (("decode", decode_ms), ("preprocess", preprocess_ms)) for q in (50, 90)}}
 
 
 def table(result: dict) -> str:
@@ -335,11 +357,12 @@ def main(argv=None) -> dict:
     p.add_argument("--save", type=Path, default=None, help="also write every image under this folder")
     p.add_argument("--mnist", action="store_true", help="the MNIST test set as 28x28 PNGs instead")
     p.add_argument("--strokes", action="store_true", help="only measure MNIST's stroke widths (training digits)")
+    p.add_argument("--time", action="store_true", help="only time the preprocessing of a 1 MP photo")
     p.add_argument("--out", type=Path, default=RESULTS / "robustness.json")
     args = p.parse_args(argv)
     started = time.perf_counter()
-    if args.strokes:
-        result = mnist_strokes()
+    if args.strokes or args.time:
+        result = mnist_strokes() if args.strokes else preprocess_time()
         print(json.dumps(result))
         return result
     if args.mnist:
