@@ -35,7 +35,7 @@ from model import contract
 
 FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
 WORK_SIZE = 1024  # large images are box-reduced to at most this side before the float maths
-LOCATE_SIZE = 192  # the paper, the ink and the digit's parts are found on a copy at most this side
+LOCATE_SIZE = 128  # the paper, the ink and the digit's parts are found on a copy at most this side
 NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
 INK_FLOOR = 0.15  # ink below this fraction of the strongest ink is background noise (JPEG ringing)
 NOISE_FLOOR = 4.0  # ink must also stand this many noise deviations (sigma) off the paper
@@ -106,7 +106,9 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
 def load(image: Image.Image) -> Image.Image:
     """Decode the pixels of an opened image (the first frame of an animation), upright per its EXIF."""
     with _decoder_errors():
-        image.draft(image.mode, (WORK_SIZE, WORK_SIZE))  # JPEG: decode at a reduced scale when large
+        # JPEG: decode at a reduced scale when large, and colour photos as grey (their Y channel, the
+        # luma both preprocessings read) without the chroma work
+        image.draft("L" if image.mode == "RGB" else image.mode, (WORK_SIZE, WORK_SIZE))
         image.load()
         return ImageOps.exif_transpose(image)
 
@@ -164,17 +166,17 @@ class Prepared(NamedTuple):
 
 
 def source(image: Image.Image) -> tuple[Image.Image, bool]:
-    """An 8-bit grey picture to find the ink in, at most WORK_SIZE a side, and whether its ink is
-    known to be light on black (the alpha channel of a transparent image)."""
+    """An 8-bit grey picture to find the ink in, and whether its ink is known to be light on black
+    (the alpha channel of a transparent image). Its full size is kept: only the digit's box of it is
+    ever read at more than LOCATE_SIZE."""
     if has_transparency(image) and (alpha := image.convert("RGBA").getchannel("A")).getextrema()[0] < 255:
         picture, light_ink = alpha, True
     elif image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer
         grey = np.asarray(image.convert("I"), np.float32) / 257
         picture, light_ink = Image.fromarray(np.clip(np.round(grey), 0, 255).astype(np.uint8)), False
     else:
-        picture, light_ink = image.convert("L"), False
-    factor = math.ceil(max(picture.size) / WORK_SIZE)
-    return (picture.reduce(factor) if factor > 1 else picture), light_ink
+        picture, light_ink = (image if image.mode == "L" else image.convert("L")), False
+    return picture, light_ink
 
 
 def quadratic(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -196,9 +198,10 @@ def robust_sigma(r: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(r))) if r.size else 0.0
 
 
-def fit_paper(x: np.ndarray, light_ink: bool) -> Paper:
+def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
     """The paper's brightness as a quadratic surface, fitted to block medians of x by least squares
-    that drop outliers (3 rounds, 2.5 sigma), then the noise around it and the ink's polarity.
+    that drop outliers (3 rounds, 2.5 sigma), then the noise around it and the ink's polarity; and
+    the ink of x (its distance from the paper, towards the ink; negative: paper noise).
 
     Assumes the paper is most of the picture (ink under half of each row of blocks is fine: block
     medians ignore thin strokes, the rounds drop blocks a thick one fills) and that its lighting is
@@ -222,7 +225,7 @@ def fit_paper(x: np.ndarray, light_ink: bool) -> Paper:
     r = x - quadratic(*grid(x.shape, (0, 0, w, h), (w, h))) @ surface
     smooth = ndimage.uniform_filter(r, 3)
     polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
-    return Paper(surface, robust_sigma(r), polarity)
+    return Paper(surface, robust_sigma(r), polarity), polarity * r
 
 
 def otsu(values: np.ndarray, bins: int = 64) -> float:
@@ -263,20 +266,21 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
     if n == 0:
         raise ImageError("no ink stands out from the noise: the image looks like blank paper; send a digit")
-    index = np.arange(1, n + 1)
     core = min(otsu(a[labels > 0]), float(a.max()))  # the strongest part always has a core
-    strong = np.asarray(ndimage.maximum(a, labels, index)) >= core
-    masses = np.where(strong, ndimage.sum_labels(a, labels, index), 0.0)
+    strong = np.zeros(n + 1, bool)
+    strong[labels[a >= core]] = True
+    masses = np.where(strong, np.bincount(labels.ravel(), a.ravel(), n + 1), 0.0)[1:]
+    strong = strong[1:]
     boxes = [(s[0].start, s[1].start, s[0].stop, s[1].stop) for s in ndimage.find_objects(labels)]
-    order = [int(i) for i in np.argsort(-masses) if masses[i] > 0]
-    heaviest = masses[order[0]]
+    heaviest = masses.max()
+    order = [int(i) for i in np.argsort(-masses) if masses[i] >= MIN_PART * heaviest]  # specks never count
     kept, box = {order[0]}, boxes[order[0]]
     grown = True
     while grown:
         grown = False
         for i in order:
             near = gap(box, boxes[i]) <= NEAR_PART * max(box[2] - box[0], box[3] - box[1])
-            if i not in kept and masses[i] >= MIN_PART * heaviest and near:
+            if i not in kept and near:
                 kept.add(i)
                 box, grown = union(box, boxes[i]), True
     digit_mass = sum(masses[i] for i in kept)
@@ -289,9 +293,8 @@ def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int]:
     """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE."""
     factor = math.ceil(max(picture.size) / LOCATE_SIZE)
     x = np.asarray(picture.reduce(factor) if factor > 1 else picture, np.float32) / 255
-    paper = fit_paper(x, light_ink)
-    h, w = x.shape
-    a = np.clip(ink_map(x, paper, (0, 0, w, h), (w, h)), 0.0, None)
+    paper, ink = fit_paper(x, light_ink)
+    a = np.clip(ink, 0.0, None)
     if a.max() < MIN_CONTRAST:
         raise ImageError("no ink was found: the image is blank (one flat colour); draw a digit")
     return paper, digit_parts(a, noise_floor(a, paper.sigma)), factor

@@ -2,6 +2,7 @@
 
 $ python -m benchmarks.robustness                          # every kind, 200 images each, seed 0
 $ python -m benchmarks.robustness --n 50 --kinds photo,thick --save data/robustness
+$ python -m benchmarks.robustness --n 6 --photo-size 384x288 --save tests/fixtures/robustness  # the tests' sample
 $ python -m benchmarks.robustness --url http://localhost:8000   # the same images through HTTP /predict
 $ python -m benchmarks.robustness --mnist                  # the 10,000 MNIST test digits as 28x28 PNGs
 $ taskset -c 0 python -m benchmarks.robustness --time      # preprocessing time of a 1 MP photo, one core
@@ -29,8 +30,10 @@ Writes benchmarks/results/robustness.json and .md (per-kind accuracy and every e
 import argparse
 import io
 import json
+import os
 import platform
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
@@ -45,6 +48,7 @@ RESULTS = REPO / "benchmarks" / "results"
 MNIST_DIR = REPO / "data" / "mnist"
 # -----------------------------------------------------------------------------------------------
 N_PER_KIND = 200
+PHOTO_SIZE = (864, 1152)  # (H, W): 1 megapixel
 SEED = 0
 MNIST_STROKE = 0.12  # pen width / the digit's longer side for MNIST-like strokes (contract.STROKE_RANGE: median 0.125)
 TYPESET_FONTS = ("dejavu/DejaVuSans.ttf", "dejavu/DejaVuSans-Bold.ttf", "dejavu/DejaVuSerif.ttf",
@@ -191,8 +195,7 @@ def _off_centre(d, rng):
     return encode(Image.fromarray(u8(1 - ink))), "png"
 
 
-def _photo(d, rng):
-    size = (864, 1152)  # 1 megapixel
+def _photo(d, rng, size=PHOTO_SIZE):
     side = int(size[0] * rng.uniform(0.15, 0.5))
     ink = restroke(np.pad(upscale(d, side), 4), MNIST_STROKE * side * rng.uniform(0.4, 1.2))
     return photographed(paste(ink, size, rng, centred=False), rng), "jpg"
@@ -219,7 +222,7 @@ def font_kind(names: tuple[str, ...]):
         if not found:
             return
         for i in range(n):
-            font, digit = found[i % len(found)], (i // len(found)) % 10
+            font, digit = found[(i // 10) % len(found)], i % 10  # every digit of a font, then the next font
             yield i, digit, encode(Image.fromarray(u8(1 - glyph(font, digit, rng)))), "png"
     return kind
 
@@ -232,14 +235,16 @@ KINDS = {
 }
 
 
-def generate(kinds: list[str], n: int, seed: int) -> Iterator[tuple[str, Sample]]:
-    """(kind, Sample) for every image of the suite; each kind has its own stream of the seed."""
+def generate(kinds: list[str], n: int, seed: int, photo_size=PHOTO_SIZE) -> Iterator[tuple[str, Sample]]:
+    """(kind, Sample) for every image of the suite; each kind has its own stream of the seed. A
+    smaller photo_size makes smaller photos of the same kind (the tests' committed sample)."""
     from training.data import read_idx  # the benchmark may use torch; the serving path may not
     images = read_idx(MNIST_DIR / "t10k-images-idx3-ubyte.gz")
     labels = read_idx(MNIST_DIR / "t10k-labels-idx1-ubyte.gz")
     for k, kind in enumerate(kinds):
         rng = np.random.default_rng([seed, list(KINDS).index(kind)])
-        for index, label, data, ext in KINDS[kind](images, labels, n, rng):
+        make = mnist_kind(partial(_photo, size=photo_size)) if kind == "photo" else KINDS[kind]
+        for index, label, data, ext in make(images, labels, n, rng):
             yield kind, Sample(f"{kind}-{index:05d}-{label}.{ext}", label, data)
 
 
@@ -273,9 +278,10 @@ class HttpReader:
         return int(response.json()["prediction"]) if response.status_code == 200 else -1
 
 
-def run(kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save: Path | None) -> dict:
+def run(kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save: Path | None,
+        photo_size=PHOTO_SIZE) -> dict:
     per_kind: dict[str, dict] = {k: {"n": 0, "correct": 0, "errors": []} for k in kinds}
-    for kind, sample in generate(kinds, n, seed):
+    for kind, sample in generate(kinds, n, seed, photo_size):
         if save:
             (save / kind).mkdir(parents=True, exist_ok=True)
             (save / kind / sample.name).write_bytes(sample.data)
@@ -322,22 +328,35 @@ def mnist_strokes(n: int = 2000) -> dict:
 
 
 def preprocess_time(repeats: int = 200) -> dict:
-    """Milliseconds to decode, and then to preprocess, the suite's first 1-megapixel photo (median and
-    90th percentile of `repeats`; run it under `taskset -c 0` for one core)."""
+    """Milliseconds to decode, and then to preprocess, the suite's first 1-megapixel photo: median and
+    90th percentile of `repeats`, as wall time and as this process's CPU time (which other processes
+    on a shared machine do not inflate). Run it under `taskset -c 0` for one core."""
     from app import imaging
     _, sample = next(generate(["photo"], 1, SEED))
-    decode_ms, preprocess_ms = [], []
+    times: dict[str, list[float]] = {name: [] for name in ("decode_wall", "decode_cpu", "preprocess_wall", "preprocess_cpu")}
     for _ in range(repeats):
-        started = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         image = imaging.decode(sample.data, 40_000_000)
-        decoded = time.perf_counter()
+        times["decode_wall"].append(time.perf_counter() - wall)
+        times["decode_cpu"].append(time.process_time() - cpu)
+        wall, cpu = time.perf_counter(), time.process_time()
         imaging.preprocess(image, "mnist")
-        decode_ms.append(1000 * (decoded - started))
-        preprocess_ms.append(1000 * (time.perf_counter() - decoded))
+        times["preprocess_wall"].append(time.perf_counter() - wall)
+        times["preprocess_cpu"].append(time.process_time() - cpu)
     size = Image.open(io.BytesIO(sample.data)).size
     return {"image": f"{size[0]}x{size[1]} JPEG, {len(sample.data):,} bytes", "repeats": repeats,
-            **{f"{name}_ms_{q}": round(float(np.percentile(ms, q)), 3)
-               for name, ms in (("decode", decode_ms), ("preprocess", preprocess_ms)) for q in (50, 90)}}
+            **{f"{name}_ms_p{q}": round(1000 * float(np.percentile(t, q)), 2) for name, t in times.items() for q in (50, 90)}}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the architecture where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def table(result: dict) -> str:
@@ -355,17 +374,19 @@ def main(argv=None) -> dict:
     p.add_argument("--model-dir", type=Path, default=contract.MODEL_DIR)
     p.add_argument("--url", default=None, help="read through this service's /predict instead of in-process")
     p.add_argument("--save", type=Path, default=None, help="also write every image under this folder")
+    p.add_argument("--photo-size", default="1152x864", help="WxH of the photos (the tests' sample: 384x288)")
     p.add_argument("--mnist", action="store_true", help="the MNIST test set as 28x28 PNGs instead")
     p.add_argument("--strokes", action="store_true", help="only measure MNIST's stroke widths (training digits)")
     p.add_argument("--time", action="store_true", help="only time the preprocessing of a 1 MP photo")
-    p.add_argument("--out", type=Path, default=RESULTS / "robustness.json")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default benchmarks/results/robustness[_mnist|_time].json; --strokes prints only)")
     args = p.parse_args(argv)
     started = time.perf_counter()
-    if args.strokes or args.time:
-        result = mnist_strokes() if args.strokes else preprocess_time()
-        print(json.dumps(result))
-        return result
-    if args.mnist:
+    if args.strokes:
+        result = mnist_strokes()
+    elif args.time:
+        result = preprocess_time()
+    elif args.mnist:
         result = mnist_test(args.model_dir)
         print(f"MNIST test through preprocess=mnist: {result['accuracy']:.4f} ({result['errors']} errors)")
     else:
@@ -374,18 +395,25 @@ def main(argv=None) -> dict:
         if unknown:
             p.error(f"unknown kinds {', '.join(sorted(unknown))}; choose from {', '.join(KINDS)}")
         read = HttpReader(args.url) if args.url else LocalReader(args.model_dir)
-        result = run(kinds, args.n, args.seed, read, args.save)
-        result.update(seed=args.seed, n_per_kind=args.n, via=args.url or "in-process",
+        width, height = (int(side) for side in args.photo_size.split("x"))
+        result = run(kinds, args.n, args.seed, read, args.save, (height, width))
+        result.update(seed=args.seed, n_per_kind=args.n, photo_size=args.photo_size, via=args.url or "in-process",
                       typeset_fonts=[str(f) for f in fonts(TYPESET_FONTS)],
                       handwriting_fonts=[str(f) for f in fonts(HANDWRITING_FONTS)])
         print(table(result))
-    result.update(seconds=round(time.perf_counter() - started, 1), machine=platform.processor() or platform.machine())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    if not args.mnist:
-        args.out.with_suffix(".md").write_text(table(result) + "\n")
+    if args.strokes or args.time:
+        print(json.dumps(result))
+    if args.strokes:
+        return result
+    result.update(seconds=round(time.perf_counter() - started, 1), machine=cpu_name(),
+                  cpus=len(os.sched_getaffinity(0)))
+    suffix = "_mnist" if args.mnist else "_time" if args.time else ""
+    out = args.out or RESULTS / f"robustness{suffix}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    if not (args.mnist or args.time):
+        out.with_suffix(".md").write_text(table(result) + "\n")
     return result
-
 
 if __name__ == "__main__":
     main()
