@@ -101,7 +101,7 @@ def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engi
     lengths = outputs[contract.LENGTHS]
     second = int(np.argsort(-lengths)[1])
     body: dict = {"prediction": int(lengths.argmax()), "probabilities": lengths,
-                  "runner_up": {"digit": second, "length": float(lengths[second])},
+                  "runner_up": {"digit": second, "length": lengths[second]},  # float32, as the lengths
                   "warnings": prepared.warnings + doubts(lengths)}
     if "capsules" in include:
         body["capsules"] = outputs[contract.CAPSULES]
