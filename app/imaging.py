@@ -6,9 +6,18 @@ and pasted into 28x28 so that its centre of mass sits at the centre. Our centre 
 the mean centre of mass of the MNIST test images (13.99, 14.01); like MNIST's the shift is whole
 pixels. The model wants white ink (1.0) on black (0.0) (model/contract.py).
 
-Ink: an image with transparency (a Gradio sketchpad sends RGBA strokes on a transparent layer) has
-its ink in the alpha channel. Otherwise the background is the median of the border pixels and ink is
-the distance from it, so dark-on-light, light-on-dark and strokes on the dark theme's #333333 all work.
+People send photos, scans and canvases, not MNIST, so before that the ink is found the way a photo
+needs (each step is one function below):
+  1. locate: on a copy box-reduced to LOCATE_SIZE, fit the paper's lighting (a quadratic surface,
+     robust to the ink), measure the sensor noise around it, tell dark ink from light ink, threshold
+     the ink with hysteresis (noise floor, then Otsu), label the connected parts and keep those that
+     make the digit (the heaviest and the parts near it; specks and far shapes are dropped).
+  2. normalise: crop the digit from the full picture (at most NORM_BOX px), measure its stroke width
+     at NORM_BOX px (the distance transform on the medial axis) and, when it is outside MNIST's range
+     (contract.STROKE_RANGE), erode or dilate it to MNIST's median, so a marker's loops stay open.
+  3. fit and centre as LeCun did.
+An image with transparency (a Gradio sketchpad sends strokes on a transparent layer) has its ink in
+the alpha channel: light ink on a black paper.
 """
 import base64
 import binascii
@@ -16,16 +25,26 @@ import io
 import math
 import re
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+from scipy import ndimage
 
 from model import contract
 
 FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
 WORK_SIZE = 1024  # large images are box-reduced to at most this side before the float maths
+LOCATE_SIZE = 128  # the paper, the ink and the digit's parts are found on a copy at most this side
+NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
 INK_FLOOR = 0.15  # ink below this fraction of the strongest ink is background noise (JPEG ringing)
+NOISE_FLOOR = 4.0  # ink must also stand this many noise deviations (sigma) off the paper
 MIN_CONTRAST = 0.1  # an image whose ink never differs from the background by this much is blank
+LOW_CONTRAST = 0.25  # below this the answer comes with a warning
+NEAR_PART = 0.5  # a part this close to the digit (fraction of its longer side) belongs to it
+MIN_PART = 0.02  # a part with less ink than this fraction of the heaviest is a speck
+OTHER_SHAPE = 0.25  # a far part with this fraction of the digit's ink is a second shape: warned
+MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for the stroke to grow
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's convert("L") uses
 CENTRE = contract.IMAGE_SIZE // 2  # 14
 DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
@@ -87,7 +106,9 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
 def load(image: Image.Image) -> Image.Image:
     """Decode the pixels of an opened image (the first frame of an animation), upright per its EXIF."""
     with _decoder_errors():
-        image.draft(image.mode, (WORK_SIZE, WORK_SIZE))  # JPEG: decode at a reduced scale when large
+        # JPEG: decode at a reduced scale when large, and colour photos as grey (their Y channel, the
+        # luma both preprocessings read) without the chroma work
+        image.draft("L" if image.mode == "RGB" else image.mode, (WORK_SIZE, WORK_SIZE))
         image.load()
         return ImageOps.exif_transpose(image)
 
@@ -123,18 +144,243 @@ def channels(image: Image.Image) -> tuple[np.ndarray, np.ndarray | None]:
     return x[..., :3] @ LUMA, (alpha if alpha.min() < 1.0 else None)
 
 
-def ink(grey: np.ndarray, alpha: np.ndarray | None) -> np.ndarray:
-    """Ink (H, W) in [0, 1], 1 = the strongest stroke; raises ImageError when there is none."""
-    if alpha is not None:
-        x = alpha
+class Paper(NamedTuple):
+    """What lies under the ink: the paper's lighting, the noise on it and which way the ink goes."""
+    surface: np.ndarray  # (6,) quadratic in (u, v), the picture's coordinates scaled to [-1, 1]
+    sigma: float  # the noise's standard deviation around the surface, 1.4826 x its MAD
+    polarity: float  # +1: ink lighter than the paper, -1: darker
+
+
+class Digit(NamedTuple):
+    """The parts of the ink that make the digit, found on the reduced copy."""
+    mask: np.ndarray  # (h, w) bool on the reduced copy: the kept parts
+    box: tuple[int, int, int, int]  # (top, left, bottom, right) of the kept parts, reduced copy's px
+    contrast: float  # the strongest ink's distance from the paper, in [0, 1]
+    other_shapes: int  # far parts heavy enough to be a second shape (left out)
+
+
+class Prepared(NamedTuple):
+    """The model input and what was unusual on the way to it."""
+    image: np.ndarray  # (28, 28) float32, white on black
+    warnings: list[str]
+
+
+def source(image: Image.Image) -> tuple[Image.Image, bool]:
+    """An 8-bit grey picture to find the ink in, and whether its ink is known to be light on black
+    (the alpha channel of a transparent image). Its full size is kept: only the digit's box of it is
+    ever read at more than LOCATE_SIZE."""
+    if has_transparency(image) and (alpha := image.convert("RGBA").getchannel("A")).getextrema()[0] < 255:
+        picture, light_ink = alpha, True
+    elif image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer
+        grey = np.asarray(image.convert("I"), np.float32) / 257
+        picture, light_ink = Image.fromarray(np.clip(np.round(grey), 0, 255).astype(np.uint8)), False
     else:
-        border = np.concatenate([grey[0], grey[-1], grey[:, 0], grey[:, -1]])
-        x = np.abs(grey - np.median(border))
-    peak = float(x.max())
-    if peak < MIN_CONTRAST:
+        picture, light_ink = (image if image.mode == "L" else image.convert("L")), False
+    return picture, light_ink
+
+
+def quadratic(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """(..., 6) basis 1, u, v, u², uv, v² of a smooth lighting surface."""
+    return np.stack([np.ones_like(u), u, v, u * u, u * v, v * v], axis=-1)
+
+
+def grid(shape: tuple[int, int], box: tuple[float, float, float, float], size: tuple[int, int]) -> tuple:
+    """(u, v) in [-1, 1] of the whole picture (`size` = (width, height)) at the centres of a
+    `shape` grid of pixels that covers `box` = (left, top, right, bottom) of it."""
+    left, top, right, bottom = box
+    xs = left + (np.arange(shape[1], dtype=np.float32) + 0.5) * (right - left) / shape[1]
+    ys = top + (np.arange(shape[0], dtype=np.float32) + 0.5) * (bottom - top) / shape[0]
+    return np.meshgrid(2 * xs / size[0] - 1, 2 * ys / size[1] - 1)
+
+
+def median(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The (upper) median along an axis by one partial sort: np.median's bookkeeping costs more than
+    the sort itself on the few thousand values here."""
+    k = values.shape[axis] // 2
+    return np.take(np.partition(values, k, axis=axis), k, axis=axis)
+
+
+def robust_sigma(r: np.ndarray) -> float:
+    """The standard deviation of Gaussian noise from the median absolute deviation (ink-proof)."""
+    return 1.4826 * float(median(np.abs(r).ravel())) if r.size else 0.0
+
+
+def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
+    """The paper's brightness as a quadratic surface, fitted to block medians of x by least squares
+    that drop outliers (3 rounds, 2.5 sigma), then the noise around it and the ink's polarity; and
+    the ink of x (its distance from the paper, towards the ink; negative: paper noise).
+
+    Assumes the paper is most of the picture (ink under half of each row of blocks is fine: block
+    medians ignore thin strokes, the rounds drop blocks a thick one fills) and that its lighting is
+    smooth (a gradient and vignetting are quadratics). Polarity: the ink is the side whose extreme
+    lies further from the paper after a 3x3 mean (which a lone noisy pixel cannot win).
+    """
+    h, w = x.shape
+    step = max(1, max(h, w) // 16)
+    blocks = x[:h - h % step, :w - w % step].reshape(h // step, step, w // step, step).swapaxes(1, 2)
+    medians = median(blocks.reshape(h // step, w // step, step * step)).ravel()
+    u, v = grid((h // step, w // step), (0, 0, w - w % step, h - h % step), (w, h))
+    basis = quadratic(u.ravel(), v.ravel())
+    keep = np.ones(medians.size, bool)
+    surface = np.zeros(6, np.float32)
+    surface[0] = median(medians)
+    for _ in range(3):
+        residual = medians - basis @ surface
+        keep = np.abs(residual) <= 2.5 * robust_sigma(residual[keep]) + 1e-3
+        if keep.sum() >= 6:
+            surface = np.linalg.lstsq(basis[keep], medians[keep], rcond=None)[0].astype(np.float32)
+    r = x - quadratic(*grid(x.shape, (0, 0, w, h), (w, h))) @ surface
+    smooth = ndimage.uniform_filter(r, 3)
+    polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
+    return Paper(surface, robust_sigma(r), polarity), polarity * r
+
+
+def otsu(values: np.ndarray, bins: int = 64) -> float:
+    """Otsu's threshold (1979): the cut of the histogram with the largest between-class variance."""
+    counts, edges = np.histogram(values, bins)
+    centres = (edges[:-1] + edges[1:]) / 2
+    w0 = np.cumsum(counts)[:-1]
+    w1 = values.size - w0
+    m0 = np.cumsum(counts * centres)[:-1] / np.maximum(w0, 1)
+    m1 = (np.sum(counts * centres) - np.cumsum(counts * centres)[:-1]) / np.maximum(w1, 1)
+    return float(edges[1:-1][np.argmax(w0 * w1 * (m0 - m1) ** 2)])
+
+
+def ink_map(x: np.ndarray, paper: Paper, box: tuple[float, float, float, float],
+            size: tuple[int, int]) -> np.ndarray:
+    """x minus the paper under it, signed so that ink is positive; x covers `box` of a picture of `size`."""
+    return paper.polarity * (x - quadratic(*grid(x.shape, box, size)) @ paper.surface)
+
+
+def noise_floor(a: np.ndarray, sigma: float) -> float:
+    """The ink level below which it is noise: NOISE_FLOOR sigma, and at least INK_FLOOR of the peak."""
+    return max(NOISE_FLOOR * sigma, INK_FLOOR * float(a.max()))
+
+
+def gap(a: tuple, b: tuple) -> int:
+    """Pixels between two (top, left, bottom, right) boxes (0 when they touch or overlap)."""
+    return max(0, a[0] - b[2], b[0] - a[2], a[1] - b[3], b[1] - a[3])
+
+
+def union(a: tuple, b: tuple) -> tuple:
+    return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
+
+
+def digit_parts(a: np.ndarray, floor: float) -> Digit:
+    """The connected parts of the ink (8-connected, above the floor, with a core above Otsu's
+    threshold of the ink: hysteresis) that make the digit: the heaviest, and every part with at least
+    MIN_PART of its ink within NEAR_PART of the digit's longer side of the growing box."""
+    labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
+    if n == 0:
+        raise ImageError("no ink stands out from the noise: the image looks like blank paper; send a digit")
+    core = min(otsu(a[labels > 0]), float(a.max()))  # the strongest part always has a core
+    strong = np.zeros(n + 1, bool)
+    strong[labels[a >= core]] = True
+    masses = np.where(strong, np.bincount(labels.ravel(), a.ravel(), n + 1), 0.0)[1:]
+    strong = strong[1:]
+    boxes = [(s[0].start, s[1].start, s[0].stop, s[1].stop) for s in ndimage.find_objects(labels)]
+    heaviest = masses.max()
+    order = [int(i) for i in np.argsort(-masses) if masses[i] >= MIN_PART * heaviest]  # specks never count
+    kept, box = {order[0]}, boxes[order[0]]
+    grown = True
+    while grown:
+        grown = False
+        for i in order:
+            near = gap(box, boxes[i]) <= NEAR_PART * max(box[2] - box[0], box[3] - box[1])
+            if i not in kept and near:
+                kept.add(i)
+                box, grown = union(box, boxes[i]), True
+    digit_mass = sum(masses[i] for i in kept)
+    others = sum(1 for i in order if i not in kept and masses[i] >= OTHER_SHAPE * digit_mass)
+    mask = np.isin(labels, [i + 1 for i in kept])
+    return Digit(mask, box, float(a.max()), others)
+
+
+def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int]:
+    """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE."""
+    factor = math.ceil(max(picture.size) / LOCATE_SIZE)
+    x = np.asarray(picture.reduce(factor) if factor > 1 else picture, np.float32) / 255
+    paper, ink = fit_paper(x, light_ink)
+    a = np.clip(ink, 0.0, None)
+    if a.max() < MIN_CONTRAST:
         raise ImageError("no ink was found: the image is blank (one flat colour); draw a digit")
-    x = x / peak
-    return np.where(x >= INK_FLOOR, x, 0.0).astype(np.float32)
+    return paper, digit_parts(a, noise_floor(a, paper.sigma)), factor
+
+
+def stroke_width(ink: np.ndarray) -> float:
+    """The median width (px) of the strokes of an ink map: twice the distance transform of the ink
+    mask (ink >= 0.5) on its medial axis (where the distance is a local maximum), the usual
+    estimate (e.g. Blum's medial axis transform); 0 for no ink."""
+    distance = ndimage.distance_transform_edt(ink >= 0.5)
+    axis = (distance > 0) & (distance >= ndimage.maximum_filter(distance, size=3))
+    return 2.0 * float(np.median(distance[axis])) if axis.any() else 0.0
+
+
+def disk(radius: float) -> np.ndarray:
+    r = math.ceil(radius)
+    ys, xs = np.mgrid[-r:r + 1, -r:r + 1]
+    return ys * ys + xs * xs <= radius * radius
+
+
+def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
+    """A digit's ink whose longer side is `side` px rescaled so that it is NORM_BOX px (bicubic)."""
+    scale = NORM_BOX / side
+    size = (max(1, round(ink.shape[1] * scale)), max(1, round(ink.shape[0] * scale)))
+    return np.clip(np.asarray(Image.fromarray(ink).resize(size, Image.Resampling.BICUBIC)), 0.0, 1.0)
+
+
+def normalise_stroke(ink: np.ndarray, side: float) -> np.ndarray:
+    """The digit (its longer side `side` px) with its strokes eroded (a marker) or dilated (a fine pen)
+    by grey morphology with a disk to MNIST's median width, at NORM_BOX px, when they lie outside
+    MNIST's range (contract.STROKE_RANGE); a digit within the range comes back as it was.
+
+    The disk's radius r solves (w -+ 2r) / (S -+ 2r) = median: eroding or dilating also shrinks or
+    grows the digit's box S, which fit_and_centre scales back to 20 px.
+    """
+    x = ink if side == NORM_BOX else at_norm_box(ink, side)
+    width, target = stroke_width(x), contract.STROKE_MEDIAN
+    low, high = (NORM_BOX * f for f in contract.STROKE_RANGE)
+    radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
+    if width > high:
+        return ndimage.grey_erosion(x, footprint=disk(radius))
+    if 0 < width < low:
+        return ndimage.grey_dilation(x, footprint=disk(radius))
+    return ink
+
+
+def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> tuple[np.ndarray, float]:
+    """The digit's ink cropped from the full picture, in [0, 1] (1 = its strongest strokes), only where
+    the kept parts are (specks and other shapes are gone), and the digit's longer side in its px.
+
+    A digit larger than NORM_BOX is box-reduced to NORM_BOX; a smaller one keeps its pixels, so that
+    an MNIST-like image comes back as it was.
+    """
+    top, left, bottom, right = (side * factor for side in digit.box)
+    side = max(bottom - top, right - left)
+    pad = math.ceil(MARGIN * side) + factor
+    box = (max(0, left - pad), max(0, top - pad), min(picture.width, right + pad), min(picture.height, bottom + pad))
+    scale = min(1.0, NORM_BOX / side)
+    size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
+    x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
+    gate = Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=tuple(c / factor for c in box))
+    gate = ndimage.maximum_filter(np.asarray(gate), size=2 * math.ceil(scale * factor) + 1)
+    r = ink_map(x, paper, box, picture.size)
+    sigma = robust_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
+    a = np.clip(r, 0.0, None)
+    a = np.where(gate & (a >= noise_floor(a, sigma)), a, 0.0)
+    return (a / max(float(a.max()), 1e-6)).astype(np.float32), side * scale
+
+
+def warnings_of(digit: Digit) -> list[str]:
+    """Sentences about an input the model may misread."""
+    notes = []
+    if digit.contrast < LOW_CONTRAST:
+        notes.append(f"very low contrast: the ink differs from the paper by {digit.contrast:.2f} of the full "
+                     "range; a darker pen or more light would help")
+    if digit.other_shapes:
+        notes.append(f"{digit.other_shapes} other shape(s) beside the digit were left out; send one digit "
+                     "per image")
+    return notes
 
 
 def fit_and_centre(x: np.ndarray) -> np.ndarray:
@@ -157,8 +403,8 @@ def fit_and_centre(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def preprocess(image: Image.Image, mode: str) -> np.ndarray:
-    """A decoded image -> the (28, 28) float32 model input.
+def preprocess(image: Image.Image, mode: str) -> Prepared:
+    """A decoded image -> the (28, 28) float32 model input and warnings about it.
 
     Args:
         mode: "mnist" (find the ink, crop, fit, centre) or "none" (the image must already be a 28x28
@@ -170,8 +416,11 @@ def preprocess(image: Image.Image, mode: str) -> np.ndarray:
             raise ImageError(f"preprocess=none needs a {size}x{size} image; this one is "
                              f"{image.width}x{image.height} (use preprocess=mnist)")
         grey, alpha = channels(image)
-        return (grey if alpha is None else grey * alpha).astype(np.float32)
-    return fit_and_centre(ink(*channels(image)))
+        return Prepared((grey if alpha is None else grey * alpha).astype(np.float32), [])
+    picture, light_ink = source(image)
+    paper, digit, factor = locate(picture, light_ink)
+    ink, side = digit_ink(picture, paper, digit, factor)
+    return Prepared(fit_and_centre(normalise_stroke(ink, side)), warnings_of(digit))
 
 
 def png_data_url(x: np.ndarray) -> str:

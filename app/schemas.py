@@ -60,12 +60,19 @@ class ModelInfo(BaseModel):
                                                "int8-quantised variant (CPU)")
 
 
+class RunnerUp(BaseModel):
+    digit: int = Field(ge=0, le=C - 1, description="the digit with the second-longest capsule")
+    length: float = Field(ge=0.0, le=1.0, description="its capsule length ||v_j||")
+
+
 def _predict_example() -> dict:
     probabilities = [0.01] * C
-    probabilities[7] = 0.98
+    probabilities[7], probabilities[1] = 0.98, 0.06
     return {
         "prediction": 7,
         "probabilities": probabilities,
+        "runner_up": {"digit": 1, "length": 0.06},
+        "warnings": [],
         "capsules": [[0.0] * D for _ in range(C)],
         "reconstruction": {"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE},
         "routing": {"coefficients": [[0.1] * C for _ in range(P)],
@@ -81,6 +88,12 @@ class PredictResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
     prediction: int = Field(ge=0, le=C - 1, description="the digit with the longest capsule")
     probabilities: vector(C, Unit) = Field(description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)")
+    runner_up: RunnerUp = Field(description="the second-longest capsule: how close the other answer came")
+    warnings: list[str] = Field(description="sentences about an unusual input or a doubtful answer (very low "
+                                            "contrast, several shapes, no capsule longer than m- = 0.1, a runner-up "
+                                            "above 0.5); empty when there is nothing to say",
+                                examples=[["very low contrast: the ink differs from the paper by 0.12 of the full range; "
+                                           "a darker pen or more light would help"]])
     capsules: vector(C, vector(D)) | None = Field(None, description="digit capsules v_j, 10x16")
     reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the predicted capsule")
     routing: Routing | None = None

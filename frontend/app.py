@@ -46,6 +46,12 @@ EXAMPLES = sorted(Path(__file__).parent.joinpath("examples").glob("*.png"))  # M
 OFFSETS = np.linspace(-PERTURB_LIMIT, PERTURB_LIMIT, round(2 * PERTURB_LIMIT / PERTURB_STEP) + 1)
 DRAW_A_DIGIT = "✏️ Draw a digit on the canvas, or upload one or pick an example."
 LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
+CANVAS = 400  # px, square
+# The brush's radius (Gradio's Brush.default_size is a radius, its strokes are circles of it): a 28 px
+# pen is MNIST's median stroke for a digit about 250 px tall, and within MNIST's range of widths
+# (contract.STROKE_RANGE) for any digit taller than 120 px on this canvas, so the API need not reshape
+# it. The canvas is white paper with a black pen whatever the theme, and the API reads the ink from alpha.
+BRUSH_RADIUS = 14
 
 
 # -------------------------------------------------------------------------------------------------
@@ -155,12 +161,13 @@ def predict_png(client: ApiClient, png: bytes | None) -> PredictView:
     except ApiError as error:
         return message_view(str(error))
     lengths = np.asarray(answer["probabilities"], dtype=np.float32)
-    prediction, model = int(answer["prediction"]), answer["model"]
+    prediction, model, runner_up = int(answer["prediction"]), answer["model"], answer["runner_up"]
     order = [prediction] + [int(j) for j in np.argsort(-lengths) if j != prediction]
     status = (
         f"## Prediction: **{prediction}**\n"
         f"Capsule length ‖v<sub>{prediction}</sub>‖ = {lengths[prediction]:.3f}; "
-        f"runner-up {order[1]} at {lengths[order[1]]:.3f}."
+        f"runner-up {runner_up['digit']} at {runner_up['length']:.3f}."
+        + "".join(f"\n\n⚠️ {warning}" for warning in answer["warnings"])
     )
     return PredictView(
         status=status,
@@ -237,7 +244,7 @@ CSS = """
 
 def build_demo(settings: DemoSettings) -> gr.Blocks:
     client = ApiClient(settings.api_url, settings.timeout_s)
-    paper = Image.new("RGB", (400, 400), "white")  # black ink on white paper; the API reads the ink from alpha
+    paper = Image.new("RGB", (CANVAS, CANVAS), "white")  # black ink on white paper; the API reads the ink from alpha
     blank = {"background": paper, "layers": [], "composite": None}  # as a value, it also selects the brush
 
     with gr.Blocks(title="CapsNet demo", analytics_enabled=False) as demo:
@@ -252,7 +259,7 @@ def build_demo(settings: DemoSettings) -> gr.Blocks:
                             format="png",
                             canvas_size=paper.size,
                             fixed_canvas=True,
-                            brush=gr.Brush(colors=["#000000"], color_mode="fixed", default_size=14),
+                            brush=gr.Brush(colors=["#000000"], color_mode="fixed", default_size=BRUSH_RADIUS),
                             layers=False,
                             transforms=(),
                             label="Draw a digit",

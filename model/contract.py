@@ -10,6 +10,11 @@ from typing import NamedTuple
 # --- input convention ----------------------------------------------------------------------------
 IMAGE_SIZE = 28  # MNIST: 28x28, one channel
 INK_BOX = 20  # LeCun's MNIST digits are fitted into 20x20 and centred by mass in 28x28
+# MNIST's stroke widths as fractions of the digit's longer side (the 20 px box), as app.imaging measures
+# them (`python -m benchmarks.robustness --strokes`, 2,000 training digits): median, and 1st and 99th
+# percentiles; strokes outside the range are reshaped to the median.
+STROKE_MEDIAN = 0.125
+STROKE_RANGE = (0.071, 0.25)
 PIXEL_RANGE = (0.0, 1.0)  # float32, white digit (1.0) on black (0.0)
 MULTIMNIST_SIZE = 36  # two MNIST digits, each shifted up to 4 px, overlaid (section 6)
 AFFINE_SIZE = 40  # MNIST digits at random positions on a 40x40 canvas (section 5.2)

@@ -20,6 +20,13 @@ class TrainConfig:
     dataset: str = "mnist"  # one of data.DATASETS; MultiMNIST and the affine set are made of MNIST
     data_dir: str | None = None  # IDX files; None: data/<dataset>, fetched if empty
     max_shift: int = 2  # random shift in pixels, each direction (section 5: 2)
+    # optional augmentations for real-world inputs (data.Augment; not in the paper, all off by default)
+    rotate: float = 0.0  # degrees, each direction
+    scale: float = 0.0  # fraction, each direction
+    shear: float = 0.0  # degrees, each direction
+    stroke_jitter: float = 0.0  # probability of a 1 px dilation or erosion
+    elastic_alpha: float = 0.0  # px of elastic displacement (0: off)
+    elastic_sigma: float = 4.0  # px, smoothing of the elastic field
     train_limit: int = 0  # use only the first N training images (0: all)
     val_size: int = data.VAL_SIZE  # training images held out for selection; 0: train on all 60,000
     # --- optimisation (section 5 and the official code: Adam, exponential decay, batch 128)
@@ -53,8 +60,16 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_every", "eval_batch_size", "log_every", "n_w"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if min(self.rotate, self.scale, self.shear, self.stroke_jitter, self.elastic_alpha) < 0 or self.scale >= 1:
+            raise ValueError("augmentation bounds cannot be negative, and scale must stay below 1")
         if self.val_size < 0 or self.train_limit < 0 or self.time_limit < 0:
             raise ValueError("val_size, train_limit and time_limit cannot be negative")
+
+
+def augment(config: TrainConfig) -> data.Augment:
+    """The run's augmentations beyond the paper's shift (data.Augment)."""
+    return data.Augment(config.rotate, config.scale, config.shear, config.stroke_jitter,
+                        config.elastic_alpha, config.elastic_sigma)
 
 
 def native_bf16(device: str) -> bool:

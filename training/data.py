@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 FILES = {  # role -> canonical IDX name (the original distribution's)
     "train_images": "train-images-idx3-ubyte",
@@ -177,6 +178,73 @@ def random_shift(x: torch.Tensor, max_shift: int = 2, generator: torch.Generator
     b = torch.arange(B, device=x.device)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[b, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()
+
+
+@dataclass
+class Augment:
+    """Optional augmentations for inputs people send (all off by default: the paper uses shifts only).
+    Each works on a whole batch (B, 1, H, W) in [0, 1] on its device, one draw per image.
+
+    NOTE not in the paper: these prepare the model for photos, markers and pens (issue 13).
+    """
+    rotate: float = 0.0  # degrees, uniform in [-rotate, rotate]
+    scale: float = 0.0  # uniform factor in [1 - scale, 1 + scale]
+    shear: float = 0.0  # degrees, uniform in [-shear, shear]
+    stroke: float = 0.0  # probability that an image is dilated or eroded (half each) by one pixel
+    elastic_alpha: float = 0.0  # px of elastic displacement (Simard et al. 2003, ICDAR; 34 at 28x28 there)
+    elastic_sigma: float = 4.0  # px, the Gaussian smoothing of the displacement field
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        if self.rotate or self.scale or self.shear:
+            x = random_affine(x, self.rotate, self.scale, self.shear, generator)
+        if self.stroke:
+            x = random_stroke(x, self.stroke, generator)
+        if self.elastic_alpha:
+            x = elastic(x, self.elastic_alpha, self.elastic_sigma, generator)
+        return x
+
+
+def _uniform(n: int, bound: float, x: torch.Tensor, generator) -> torch.Tensor:
+    return (torch.rand(n, device=x.device, generator=generator) * 2 - 1) * bound
+
+
+def random_affine(x: torch.Tensor, rotate: float, scale: float, shear: float,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """Rotate, scale and shear each image about its centre (bilinear, zero padding), one grid_sample."""
+    B = x.shape[0]
+    angle = torch.deg2rad(_uniform(B, rotate, x, generator))
+    shear_ = torch.tan(torch.deg2rad(_uniform(B, shear, x, generator)))
+    factor = 1 + _uniform(B, scale, x, generator)
+    cos, sin = torch.cos(angle) / factor, torch.sin(angle) / factor  # the grid maps output -> input
+    theta = torch.stack([torch.stack([cos, -sin + cos * shear_, torch.zeros_like(cos)], 1),
+                         torch.stack([sin, cos + sin * shear_, torch.zeros_like(cos)], 1)], 1)  # (B, 2, 3)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def random_stroke(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """With probability p per image, a 3x3 grey dilation (a thicker pen) or erosion (a thinner one)."""
+    u = torch.rand(x.shape[0], 1, 1, 1, device=x.device, generator=generator)
+    dilated = F.max_pool2d(x, 3, stride=1, padding=1)
+    eroded = -F.max_pool2d(-x, 3, stride=1, padding=1)
+    return torch.where(u < p / 2, dilated, torch.where(u < p, eroded, x))
+
+
+def elastic(x: torch.Tensor, alpha: float, sigma: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Elastic distortion (Simard, Steinkraus & Platt 2003): a random field of displacements in
+    [-1, 1] px, smoothed by a Gaussian of sigma px and scaled by alpha px, applied by grid_sample."""
+    B, _, H, W = x.shape
+    field = torch.rand(B, 2, H, W, device=x.device, generator=generator) * 2 - 1
+    radius = int(3 * sigma)
+    t = torch.arange(-radius, radius + 1, device=x.device, dtype=x.dtype)
+    kernel = torch.exp(-t ** 2 / (2 * sigma ** 2))
+    kernel = kernel / kernel.sum()
+    field = F.conv2d(field.reshape(B * 2, 1, H, W), kernel.view(1, 1, -1, 1), padding=(radius, 0))
+    field = F.conv2d(field, kernel.view(1, 1, 1, -1), padding=(0, radius)).reshape(B, 2, H, W)
+    ys, xs = torch.meshgrid(torch.linspace(-1, 1, H, device=x.device), torch.linspace(-1, 1, W, device=x.device),
+                            indexing="ij")
+    grid = torch.stack([xs + field[:, 0] * alpha * 2 / W, ys + field[:, 1] * alpha * 2 / H], dim=-1)  # (B, H, W, 2)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
 
 
 def place(digits: torch.Tensor, shifts: torch.Tensor, size: int, max_shift: int) -> torch.Tensor:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import ROUTINGS
 from training import data
-from training.config import PRECISIONS, TrainConfig
+from training.config import PRECISIONS, TrainConfig, augment
 from training.evaluate import evaluate
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
 
@@ -47,6 +47,13 @@ def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
     p.add_argument("--dataset", choices=data.DATASETS, default=t.dataset)
     p.add_argument("--data-dir", default=None, help="IDX files (default data/<dataset>, fetched if empty)")
     p.add_argument("--max-shift", type=int, default=t.max_shift, help="random shift in pixels (paper: 2)")
+    p.add_argument("--rotate", type=float, default=t.rotate, help="random rotation, degrees each way (off: 0)")
+    p.add_argument("--scale", type=float, default=t.scale, help="random scale, fraction each way (off: 0)")
+    p.add_argument("--shear", type=float, default=t.shear, help="random shear, degrees each way (off: 0)")
+    p.add_argument("--stroke-jitter", type=float, default=t.stroke_jitter,
+                   help="probability of a 1 px dilation or erosion of an image (off: 0)")
+    p.add_argument("--elastic-alpha", type=float, default=t.elastic_alpha, help="elastic distortion, px (off: 0)")
+    p.add_argument("--elastic-sigma", type=float, default=t.elastic_sigma, help="smoothing of the elastic field, px")
     p.add_argument("--train-limit", type=int, default=t.train_limit, help="use only the first N training images")
     p.add_argument("--val-size", type=int, default=t.val_size,
                    help="training images held out for selection; 0 trains on all and keeps the last epoch")
@@ -98,12 +105,15 @@ class ShiftedDigits(Task):
     """MNIST or Fashion-MNIST as in section 5: each training image shifted by up to max_shift pixels
     with zero padding, a fresh shift every time it is drawn; margin + reconstruction loss; accuracy."""
 
-    def __init__(self, splits: dict[str, data.Split], max_shift: int, eval_batch_size: int = 500):
+    def __init__(self, splits: dict[str, data.Split], max_shift: int, eval_batch_size: int = 500,
+                 augment: data.Augment | None = None):
         self.train, self.val = splits["train"], splits["val"]
         self.train_size, self.max_shift, self.eval_batch_size = len(self.train), max_shift, eval_batch_size
+        self.augment = augment or data.Augment()
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
-        x = data.random_shift(data.to_float(self.train.images[idx]), self.max_shift, generator)
+        x = self.augment(data.to_float(self.train.images[idx]), generator)
+        x = data.random_shift(x, self.max_shift, generator)
         return Batch(x, self.train.labels[idx])
 
     def loss(self, model, batch: Batch) -> StepOut:
@@ -141,7 +151,8 @@ def train(config: TrainConfig, model_config: CapsNetConfig, log=print) -> tuple[
         log(f"CapsNet ({model_config.routing} routing) {model.num_params():,} parameters on "
             f"{hardware(config.device, world)}; {len(splits['train']):,} train / {len(splits['val']):,} val / "
             f"{len(splits['test']):,} test")
-    run = fit(model, ShiftedDigits(splits, config.max_shift, config.eval_batch_size), config, log)
+    task = ShiftedDigits(splits, config.max_shift, config.eval_batch_size, augment(config))
+    run = fit(model, task, config, log)
     if not master:
         return model, run, None
     test = evaluate(model, splits["test"], config.eval_batch_size)

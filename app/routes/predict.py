@@ -65,9 +65,10 @@ async def read_image_bytes(request: Request) -> bytes:
 INLINE_BYTES, INLINE_PIXELS = 16 * 1024, 300 * 300  # decoded in well under a millisecond: a thread hop costs more
 
 
-async def load_input(data: bytes, preprocess: str, max_pixels: int) -> np.ndarray:
-    """Bytes -> the (28, 28) model input. Small images are done inline, others off the event loop."""
-    def work() -> np.ndarray:
+async def load_input(data: bytes, preprocess: str, max_pixels: int) -> imaging.Prepared:
+    """Bytes -> the (28, 28) model input and its warnings. Small images are done inline, others off
+    the event loop."""
+    def work() -> imaging.Prepared:
         return imaging.preprocess(imaging.decode(data, max_pixels), preprocess)
 
     if len(data) <= INLINE_BYTES:
@@ -77,10 +78,31 @@ async def load_input(data: bytes, preprocess: str, max_pixels: int) -> np.ndarra
     return await run_in_threadpool(work)
 
 
-def render(outputs: Outputs, image: np.ndarray, include: set[str], engine: Engine) -> bytes:
+# Halfway between the margin loss's targets (Eq. 4): a capsule this long is neither clearly absent
+# (< m- = 0.1) nor clearly present (> m+ = 0.9).
+UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
+
+
+def doubts(lengths: np.ndarray) -> list[str]:
+    """Sentences for an answer the model is unsure of, read from the capsule lengths (10,)."""
+    first, second = (int(j) for j in np.argsort(-lengths)[:2])
+    notes = []
+    if lengths[first] < contract.M_MINUS:
+        notes.append(f"no digit capsule is long: the longest ({first}) is {lengths[first]:.2f}, below "
+                     f"m- = {contract.M_MINUS}; the image may not show a digit")
+    if lengths[second] >= UNDECIDED_LENGTH:
+        notes.append(f"the runner-up {second} is also long ({lengths[second]:.2f} against {lengths[first]:.2f}); "
+                     "the digit is ambiguous")
+    return notes
+
+
+def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engine: Engine) -> bytes:
     """The PredictResponse JSON, straight from the arrays (orjson writes float32 as float32)."""
     lengths = outputs[contract.LENGTHS]
-    body: dict = {"prediction": int(lengths.argmax()), "probabilities": lengths}
+    second = int(np.argsort(-lengths)[1])
+    body: dict = {"prediction": int(lengths.argmax()), "probabilities": lengths,
+                  "runner_up": {"digit": second, "length": lengths[second]},  # float32, as the lengths
+                  "warnings": prepared.warnings + doubts(lengths)}
     if "capsules" in include:
         body["capsules"] = outputs[contract.CAPSULES]
     if "reconstruction" in include:
@@ -91,7 +113,7 @@ def render(outputs: Outputs, image: np.ndarray, include: set[str], engine: Engin
         body["routing"] = {"coefficients": routing,
                            "maps": routing_maps(routing, outputs.get(contract.VOTE_LENGTHS)),
                            "weighting": engine.routing_weighting}
-    body["input"] = imaging.png_data_url(image)
+    body["input"] = imaging.png_data_url(prepared.image)
     body["model"] = {"name": engine.name, "version": engine.version, "provider": engine.providers[0],
                      "precision": engine.precision}
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -105,13 +127,14 @@ async def predict(
         description="comma list of capsules, reconstruction, routing to return (default: all; empty: none)",
         examples=["capsules,reconstruction,routing"])] = None,
     preprocess: Annotated[Preprocess, Query(
-        description="mnist: find the ink, crop, fit 20x20, centre of mass at the centre of 28x28; "
+        description="mnist: find the paper and the ink (photos, scans, canvases), keep the digit's parts, "
+                    "bring its stroke into MNIST's range, fit 20x20, centre of mass at the centre of 28x28; "
                     "none: the image is already 28x28, white on black")] = "mnist",
 ) -> Response:
     """Post a digit as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
     `{"image": "<base64 or data URL>"}`. Concurrent requests share one batch on the model."""
     parts = parse_include(include)
     data = await read_image_bytes(request)
-    image = await load_input(data, preprocess, settings.max_pixels)
-    outputs = await engine.predict(image)
-    return Response(render(outputs, image, parts, engine), media_type="application/json")  # < 1 ms: inline
+    prepared = await load_input(data, preprocess, settings.max_pixels)
+    outputs = await engine.predict(prepared.image)
+    return Response(render(outputs, prepared, parts, engine), media_type="application/json")  # < 1 ms: inline

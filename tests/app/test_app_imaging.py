@@ -7,6 +7,7 @@ from PIL import Image
 
 from app import imaging
 from app.imaging import ImageError
+from model import contract
 from app_images import png_bytes
 
 MAX_PIXELS = 40_000_000
@@ -19,7 +20,7 @@ def seven(mnist_fixture) -> np.ndarray:
 
 
 def load(data: bytes, mode: str = "mnist") -> np.ndarray:
-    return imaging.preprocess(imaging.decode(data, MAX_PIXELS), mode)
+    return imaging.preprocess(imaging.decode(data, MAX_PIXELS), mode).image
 
 
 def drawn_in_corner(reference: np.ndarray, canvas: int = 280, height: int = 70, at=(12, 20)) -> np.ndarray:
@@ -166,3 +167,75 @@ def test_png_data_url_round_trip(seven):
     url = imaging.png_data_url(seven)
     assert url.startswith("data:image/png;base64,")
     np.testing.assert_allclose(load(imaging.from_base64(url), "none"), seven, atol=0.5 / 255 + 1e-6)
+
+
+# --- photos, specks, markers: the inputs people send --------------------------------------------
+def photographed(ink: np.ndarray, seed: int = 0, contrast: float = 0.55) -> bytes:
+    """Ink (H, W) in [0, 1] as dark-grey pen on grey paper under uneven light (a gradient of 0.25),
+    with sensor noise (sigma 0.04) and a JPEG of quality 60."""
+    rng = np.random.default_rng(seed)
+    h, w = ink.shape
+    ramp = np.linspace(-0.125, 0.125, w, dtype=np.float32)[None, :]
+    paper = 0.75 + ramp + np.zeros((h, 1), np.float32)
+    grey = paper - contrast * ink + rng.normal(0, 0.04, (h, w))
+    return png_bytes(Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)), "JPEG", quality=60)
+
+
+def test_a_photo_of_a_digit_on_paper_is_found(seven):
+    """Noise and JPEG ringing over the whole photo are not ink: the crop is the digit, not the photo."""
+    out = load(photographed(drawn_in_corner(seven, canvas=640, height=160, at=(300, 380))))
+    assert np.corrcoef(out.ravel(), seven.ravel())[0, 1] > 0.85
+    cy, cx = centre_of_mass(out)
+    assert abs(cy - 14) <= 1 and abs(cx - 14) <= 1
+
+
+def test_specks_far_from_the_digit_are_dropped(seven):
+    ink = drawn_in_corner(seven, canvas=400, height=150, at=(120, 150))
+    dusty = ink.copy()
+    for y, x in [(10, 10), (380, 30), (20, 370), (390, 390)]:
+        dusty[y:y + 4, x:x + 4] = 1.0
+    clean = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "mnist")
+    speckled = imaging.preprocess(imaging.decode(png_bytes(np.round(dusty * 255).astype(np.uint8)), MAX_PIXELS), "mnist")
+    np.testing.assert_allclose(speckled.image, clean.image, atol=1e-6)
+    assert speckled.warnings == clean.warnings == []
+
+
+def test_a_second_shape_is_left_out_with_a_warning(seven):
+    ink = drawn_in_corner(seven, canvas=600, height=150, at=(200, 40))
+    ink[200:350, 500:520] = 1.0  # a bar far to the right, as heavy as a stroke of the digit
+    out = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "mnist")
+    assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.9
+    assert any("other shape" in w for w in out.warnings)
+
+
+def test_low_contrast_is_warned(seven):
+    out = imaging.preprocess(imaging.decode(photographed(drawn_in_corner(seven), contrast=0.15), MAX_PIXELS), "mnist")
+    assert any("low contrast" in w for w in out.warnings)
+    assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.8
+
+
+def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
+    """A marker's stroke (beyond MNIST's 99th percentile, 0.25 of the side) comes out near MNIST's
+    median: the 28x28 input has clearly less ink than the marker fitted as it is."""
+    from scipy import ndimage
+    big = drawn_in_corner(seven, canvas=400, height=300, at=(50, 80))
+    marker = ndimage.distance_transform_edt(big < 0.5) <= 40  # strokes grow by 40 px each side
+    ink, side = imaging.digit_ink(*_located(marker.astype(np.float32)))
+    assert imaging.stroke_width(imaging.at_norm_box(ink, side)) / imaging.NORM_BOX > contract.STROKE_RANGE[1]
+    thinned = imaging.normalise_stroke(ink, side)
+    rows, cols = np.flatnonzero(thinned.max(1) >= 0.5), np.flatnonzero(thinned.max(0) >= 0.5)
+    new_side = max(rows[-1] - rows[0], cols[-1] - cols[0]) + 1
+    assert imaging.stroke_width(thinned) / new_side == pytest.approx(contract.STROKE_MEDIAN, abs=0.03)
+    out = load(png_bytes(np.round(marker * 255).astype(np.uint8)))
+    assert (out > 0.5).sum() < 0.8 * (imaging.fit_and_centre(ink) > 0.5).sum()
+
+
+def test_strokes_within_mnists_range_are_untouched(seven):
+    ink, side = imaging.digit_ink(*_located(drawn_in_corner(seven)))
+    assert imaging.normalise_stroke(ink, side) is ink
+
+
+def _located(ink: np.ndarray) -> tuple:
+    picture, light_ink = imaging.source(Image.fromarray(np.round(ink * 255).astype(np.uint8)))
+    paper, digit, factor = imaging.locate(picture, light_ink)
+    return picture, paper, digit, factor

@@ -7,11 +7,12 @@ import pytest
 from PIL import Image
 
 from app.engine import routing_maps
+from app.routes.predict import doubts
 from app.imaging import from_base64
 from app_images import png_bytes
 from model import contract
 
-FULL = {"prediction", "probabilities", "capsules", "reconstruction", "routing", "input", "model"}
+FULL = {"prediction", "probabilities", "runner_up", "warnings", "capsules", "reconstruction", "routing", "input", "model"}
 
 
 def post_png(client, image: np.ndarray, **params):
@@ -39,6 +40,10 @@ def test_outputs_keep_their_invariants(client, digits):
     probabilities = np.array(body["probabilities"])
     assert probabilities.shape == (10,) and ((0 <= probabilities) & (probabilities <= 1)).all()
     assert body["prediction"] == int(probabilities.argmax())
+    second = int(np.argsort(-probabilities)[1])
+    assert body["runner_up"]["digit"] == second != body["prediction"]
+    assert body["runner_up"]["length"] == pytest.approx(probabilities[second], abs=1e-6)
+    assert body["warnings"] == []  # a clean MNIST digit, read with confidence
     assert np.array(body["capsules"]).shape == (10, 16)
     lengths = np.sqrt((np.array(body["capsules"]) ** 2).sum(axis=1) + 1e-8)  # eps inside the root (routing.py)
     np.testing.assert_allclose(lengths, probabilities, rtol=1e-4, atol=1e-6)
@@ -81,7 +86,7 @@ def test_preprocess_none_equals_the_bare_session(client, engine, digits):
 ])
 def test_include_trims_the_response(client, digits, include, expected):
     body = post_png(client, digits[0][1], include=include).json()
-    assert set(body) == {"prediction", "probabilities", "input", "model"} | expected
+    assert set(body) == {"prediction", "probabilities", "runner_up", "warnings", "input", "model"} | expected
 
 
 def test_json_and_multipart_agree(client, digits):
@@ -131,3 +136,20 @@ def test_health_ready_model(client, engine):
 def test_request_id_header(client):
     assert len(client.get("/health").headers["x-request-id"]) == 32
     assert client.get("/health", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
+
+
+def test_doubts_are_read_from_the_lengths():
+    assert doubts(np.array([0.02] * 9 + [0.95])) == []
+    short = doubts(np.array([0.05] * 9 + [0.08]))
+    assert len(short) == 1 and "below m- = 0.1" in short[0]
+    close = doubts(np.array([0.01] * 8 + [0.6, 0.7]))
+    assert len(close) == 1 and "runner-up 8" in close[0]
+
+
+def test_unusual_input_comes_with_warnings(client, digits):
+    """Two digits far apart on one canvas: one is read, the other is named in a warning."""
+    canvas = np.zeros((120, 400), np.uint8)
+    big = np.asarray(Image.fromarray(digits[0][0]).resize((112, 112)))
+    canvas[4:116, 0:112], canvas[4:116, 288:400] = big, big
+    body = post_png(client, canvas, include="").json()
+    assert any("other shape" in w for w in body["warnings"]), body["warnings"]

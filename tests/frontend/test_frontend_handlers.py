@@ -7,9 +7,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from frontend.app import (
+    BRUSH_RADIUS,
+    CANVAS,
     DRAW_A_DIGIT,
     EXAMPLES,
     OFFSETS,
@@ -21,7 +23,7 @@ from frontend.app import (
     predict_drawing,
     predict_upload,
 )
-from model.contract import CAPSULE_DIM, IMAGE_SIZE, NUM_CLASSES, PERTURB_LIMIT
+from model.contract import CAPSULE_DIM, IMAGE_SIZE, NUM_CLASSES, PERTURB_LIMIT, STROKE_RANGE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,6 +59,48 @@ def test_prediction_view_has_every_panel(client, mnist_fixture):
     assert view.lengths.size[0] > 0 and view.routing.size[0] > 0
     assert np.asarray(view.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
     assert "version" in view.footer and "CPUExecutionProvider" in view.footer
+
+
+# Digits as a mouse draws them: polylines (x, y) on the 400 px canvas, 250 px tall.
+STROKES = {
+    1: [[(180, 110), (210, 80), (210, 330)]],
+    4: [[(230, 80), (130, 250), (270, 250)], [(230, 80), (230, 330)]],
+    7: [[(120, 80), (280, 80), (170, 330)]],
+}
+
+
+def brushed(lines: list[list[tuple[int, int]]], radius: int = BRUSH_RADIUS) -> dict:
+    """The sketchpad's value for polylines drawn with the demo's round brush (black, into alpha)."""
+    layer = Image.new("RGBA", (CANVAS, CANVAS), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(layer)
+    for line in lines:
+        draw.line(line, fill=(0, 0, 0, 255), width=2 * radius, joint="curve")
+        for x, y in line:
+            draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=(0, 0, 0, 255))
+    return {"background": Image.new("RGB", (CANVAS, CANVAS), "white"), "layers": [layer], "composite": None}
+
+
+def test_the_brush_draws_mnist_like_strokes():
+    """A pen 2 x BRUSH_RADIUS wide on a digit 40% to 95% of the canvas tall is within MNIST's widths
+    (as a fraction of the digit's side; the API's stroke_width adds about a pixel in 80, hence 1/80)."""
+    for height in (0.4 * CANVAS, 0.95 * CANVAS):
+        assert STROKE_RANGE[0] <= 2 * BRUSH_RADIUS / height + 1 / 80 <= STROKE_RANGE[1], height
+
+
+@pytest.mark.parametrize("digit", sorted(STROKES))
+def test_digits_drawn_with_the_brush_are_read(client, digit):
+    view = predict_drawing(client, brushed(STROKES[digit]))
+    assert view.digit == digit, view.status
+
+
+def test_warnings_are_shown(client):
+    """Two digits side by side: the API says it left a shape out, and the demo says so."""
+    seven = STROKES[7][0]
+    left = [(x // 3, y) for x, y in seven]  # x 40-93
+    right = [(x // 3 + 280, y) for x, y in seven]  # x 320-373, farther than half the digit's height
+    view = predict_drawing(client, brushed([left, right], radius=7))
+    assert "⚠️" in view.status and "shape" in view.status, view.status
+    assert "⚠️" not in predict_drawing(client, brushed(STROKES[1])).status
 
 
 def test_examples_predict_through_the_upload_handler(client):
