@@ -213,8 +213,22 @@ def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
     Assumes the paper is most of the picture (ink under half of each row of blocks is fine: block
     medians ignore thin strokes, the rounds drop blocks a thick one fills) and that its lighting is
     smooth (a gradient and vignetting are quadratics). Polarity: the ink is the side whose extreme
-    lies further from the paper after a 3x3 mean (which a lone noisy pixel cannot win).
+    lies further from the paper after a 3x3 mean (which a lone noisy pixel cannot win). A picture
+    whose border is one exact value (a canvas, a rendered PNG) has flat paper: that value, no fit.
     """
+    h, w = x.shape
+    border = np.concatenate([x[0], x[-1], x[:, 0], x[:, -1]])
+    flat = border.min() == border.max()  # drawn or rendered, not photographed: one exact paper value
+    surface = np.array([border[0], 0, 0, 0, 0, 0], np.float32) if flat else fit_surface(x)
+    r = x - quadratic(*grid(x.shape, (0, 0, w, h), (w, h))) @ surface
+    smooth = ndimage.uniform_filter(r, 3)
+    polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
+    return Paper(surface, robust_sigma(r), polarity), polarity * r
+
+
+def fit_surface(x: np.ndarray) -> np.ndarray:
+    """The 6 coefficients (quadratic) of the paper's brightness: least squares on 16x16 block medians
+    of x, 3 rounds that drop blocks more than 2.5 sigma off (ink)."""
     h, w = x.shape
     step = max(1, max(h, w) // 16)
     blocks = x[:h - h % step, :w - w % step].reshape(h // step, step, w // step, step).swapaxes(1, 2)
@@ -229,10 +243,7 @@ def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
         keep = np.abs(residual) <= 2.5 * robust_sigma(residual[keep]) + 1e-3
         if keep.sum() >= 6:
             surface = np.linalg.lstsq(basis[keep], medians[keep], rcond=None)[0].astype(np.float32)
-    r = x - quadratic(*grid(x.shape, (0, 0, w, h), (w, h))) @ surface
-    smooth = ndimage.uniform_filter(r, 3)
-    polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
-    return Paper(surface, robust_sigma(r), polarity), polarity * r
+    return surface
 
 
 def otsu(values: np.ndarray, bins: int = 64) -> float:

@@ -96,8 +96,8 @@ def profile() -> dict:
     engine = Engine(settings)
     engine.warm_up()
     body = digit_png()
-    image = imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")
-    x = image[None, None].astype(np.float32)
+    prepared = imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")
+    x = prepared.image[None, None].astype(np.float32)
     outputs = {n: o[0] for n, o in zip(engine.output_names, engine.capsnet.run(engine.output_names,
                                                                                 {contract.IMAGE: x}))}
     include = {"capsules", "reconstruction", "routing"}
@@ -105,7 +105,7 @@ def profile() -> dict:
         "multipart": multipart_ms(body),
         "decode+prepare": median_ms(lambda: imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")),
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
-        "render": median_ms(lambda: render(outputs, image, include, engine)),
+        "render": median_ms(lambda: render(outputs, prepared, include, engine)),
     }
     engine.start()
 
@@ -113,7 +113,7 @@ def profile() -> dict:
         times = []
         for _ in range(REPEATS + 1):
             start = time.perf_counter()
-            await engine.predict(image)
+            await engine.predict(prepared.image)
             times.append(time.perf_counter() - start)
         return 1000 * float(np.median(times[1:]))
 
