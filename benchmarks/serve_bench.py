@@ -8,9 +8,9 @@ extra routes: a no-op that parses the same multipart body and answers a small JS
 ceiling), and one that times the engine's own session.run in the server process (the bare model:
 the same graph, threads and cores as /predict). For each server and 1, 8, 64 concurrent clients it
 measures p50/p99 latency and requests/s of /predict (full answer) and of the no-op. Where the
-machine has two cores or more, the server is pinned to the first half of them (ONNX Runtime gets
+machine has four cores or more, the server is pinned to the first half of them (ONNX Runtime gets
 that many threads) and this process, the load generator, to the rest, so that the two do not take
-each other's cores. Writes benchmarks/results/serve_bench.json and .md. Not a test.
+each other's cores; on fewer, both share them all (see split_cpus). Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 import argparse
 import asyncio
@@ -43,12 +43,17 @@ BARE = "/_bench/bare"
 # -----------------------------------------------------------------------------------------------
 
 
+MIN_PINNED_CORES = 2  # the server's event loop, batching thread and ONNX Runtime need two cores
+
+
 def split_cpus() -> tuple[set[int], set[int]]:
-    """(server's cores, load generator's cores): the first half and the rest of this process's cores;
-    both all of them on a single core."""
+    """(server's cores, load generator's cores): the first half and the rest of this process's cores
+    when each half has MIN_PINNED_CORES, else all of them for both. On one core the server's threads
+    take turns through the GIL's 5 ms switch interval: on a 2-core Xeon, pinning the server to one
+    core made /predict 25 ms for a 7 ms model and even the no-op route 3.9 ms."""
     cpus = sorted(os.sched_getaffinity(0))
-    half = max(1, len(cpus) // 2)
-    return (set(cpus[:half]), set(cpus[half:])) if len(cpus) > 1 else (set(cpus), set(cpus))
+    half = len(cpus) // 2
+    return (set(cpus[:half]), set(cpus[half:])) if half >= MIN_PINNED_CORES else (set(cpus), set(cpus))
 
 
 def serve(max_batch: int, cores: set[int]) -> None:
