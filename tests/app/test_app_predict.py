@@ -127,10 +127,12 @@ def test_reconstruct_batch_of_the_fig4_grid(client):
 
 def test_health_ready_model(client, engine):
     assert client.get("/health").json() == {"status": "ok"}
-    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"]}
+    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
+                                           "precision": engine.precision}
     card = client.get("/model").json()
     assert card["providers"] == ["CPUExecutionProvider"] == engine.capsnet.get_providers()
     assert card["version"] == engine.version and card["batching"]["max_batch"] == 64
+    assert card["precision"] == engine.precision and card["test_accuracy"] == engine.card["test_accuracy"]
 
 
 def test_request_id_header(client):
