@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.serve_bench import device, digit_png
+from benchmarks.serve_bench import device, digit_png, write_report
 from model import contract
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -140,10 +140,7 @@ def main(argv=None) -> dict:
     p.add_argument("--out", type=Path, default=RESULTS / "cpu_profile.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
     report = profile()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    write_report(args.out, report, markdown(report))
     return report
 
 

@@ -218,6 +218,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report(out: Path, report: dict, text: str) -> None:
+    """The report as JSON at `out` and its Markdown `text` beside it (.md), which is also printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(text)
+    print(text)
+
+
 def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
     def row(batching, endpoint, include, clients):
         return next(r for r in rows if (r["batching"], r["endpoint"], r["include"], r["clients"]) ==
@@ -265,10 +273,7 @@ def main(argv=None) -> dict:
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
               "seconds": args.seconds, "bare_session_run": bare,
               "rows": rows, "targets": targets(rows, bare, on_gpu)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    write_report(args.out, report, markdown(report))
     return report
 
 
