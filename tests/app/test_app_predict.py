@@ -141,10 +141,14 @@ def test_request_id_header(client):
 
 
 def test_doubts_are_read_from_the_lengths():
-    assert doubts(np.array([0.02] * 9 + [0.95])) == []
-    short = doubts(np.array([0.05] * 9 + [0.08]))
+    def doubts_of(lengths: list[float]) -> list[str]:
+        first, second = np.argsort(lengths)[::-1][:2]
+        return doubts(np.array(lengths), int(first), int(second))
+
+    assert doubts_of([0.02] * 9 + [0.95]) == []
+    short = doubts_of([0.05] * 9 + [0.08])
     assert len(short) == 1 and "below m- = 0.1" in short[0]
-    close = doubts(np.array([0.01] * 8 + [0.6, 0.7]))
+    close = doubts_of([0.01] * 8 + [0.6, 0.7])
     assert len(close) == 1 and "runner-up 8" in close[0]
 
 
