@@ -54,7 +54,8 @@ class Routing(BaseModel):
 
 class ModelInfo(BaseModel):
     name: str = Field(examples=["capsnet-mnist"])
-    version: str = Field(description="first 12 hex digits of the sha256 of capsnet.onnx", examples=["0f9463a855b3"])
+    version: str = Field(description="first 12 hex digits of the sha256 of the graph that answered "
+                                     "(capsnet.onnx, or capsnet.int8.onnx: see precision)", examples=["0f9463a855b3"])
     provider: str = Field(description="the ONNX Runtime execution provider in use", examples=["CPUExecutionProvider"])
     precision: Literal["fp32", "int8"] = Field(description="which graph answered: capsnet.onnx (fp32) or its "
                                                "int8-quantised variant (CPU)")
