@@ -6,7 +6,7 @@ import pytest
 
 from model import contract
 from training.evaluate import evaluate_onnx
-from training.export import sha256
+from training.export import compare_graphs, sha256
 
 CAPSNET = contract.MODEL_DIR / contract.CAPSNET_ONNX
 CARD = contract.MODEL_DIR / contract.MODEL_CARD
@@ -54,4 +54,6 @@ def test_int8_graph_is_what_its_card_says(card, mnist_fixture):
     assert int8["fp32_test_accuracy"] - int8["test_accuracy"] <= MAX_ACCURACY_DROP
     result = evaluate_onnx(path, *mnist_fixture)
     assert [i for i in int8["misclassified"] if i < 1000] == result["misclassified"]
+    _, changed = compare_graphs(CAPSNET, path, mnist_fixture[0])  # the fixture is part of the test set
+    assert changed <= int8["changed_predictions"]
 
