@@ -31,7 +31,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import time
 from functools import partial
 from pathlib import Path
@@ -348,17 +347,6 @@ def preprocess_time(repeats: int = 200) -> dict:
             **{f"{name}_ms_p{q}": round(1000 * float(np.percentile(t, q)), 2) for name, t in times.items() for q in (50, 90)}}
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), or the architecture where there is none."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def table(result: dict) -> str:
     lines = ["| kind | images | accuracy % |", "|---|---:|---:|"]
     lines += [f"| {k} | {r['n']} | {100 * r['accuracy']:.1f} |" for k, r in result["kinds"].items() if r["n"]]
@@ -405,7 +393,8 @@ def main(argv=None) -> dict:
         print(json.dumps(result))
     if args.strokes:
         return result
-    result.update(seconds=round(time.perf_counter() - started, 1), machine=cpu_name(),
+    from training.fit import cpu_model
+    result.update(seconds=round(time.perf_counter() - started, 1), machine=cpu_model(),
                   cpus=len(os.sched_getaffinity(0)))
     suffix = "_mnist" if args.mnist else "_time" if args.time else ""
     out = args.out or RESULTS / f"robustness{suffix}.json"
@@ -414,6 +403,7 @@ def main(argv=None) -> dict:
     if not (args.mnist or args.time):
         out.with_suffix(".md").write_text(table(result) + "\n")
     return result
+
 
 if __name__ == "__main__":
     main()

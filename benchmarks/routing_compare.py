@@ -52,19 +52,18 @@ def train_cell(dataset: str, routing: str, args: argparse.Namespace) -> dict:
                          val_size=args.val_size, lr_decay=args.lr_decay, device=args.device, compile=args.compile,
                          eval_every=args.eval_every, time_limit=args.time_limit,
                          out=str(RUNS / f"{dataset}-{routing}"))
-    train_limit, epochs, device = args.train_limit, args.epochs, args.device
     t0 = time.time()
     _, run, test = train.train(config, CapsNetConfig(routing=routing))
     record = next(h for h in run.history if h["epoch"] == run.kept_epoch)
     return {
-        "dataset": dataset, "routing": routing, "reduced": train_limit > 0 or run.epochs_run < 50,
-        "train_images": train_limit, "epochs": run.epochs_run, "kept_epoch": run.kept_epoch, "batch": BATCH,
+        "dataset": dataset, "routing": routing, "reduced": args.train_limit > 0 or run.epochs_run < 50,
+        "train_images": args.train_limit, "epochs": run.epochs_run, "kept_epoch": run.kept_epoch, "batch": BATCH,
         "precision": run.precision, "compiled": config.compile, "time_limit": config.time_limit,
         "test_error_pct": 100 * (1 - test["accuracy"]), "test_errors": test["errors"],
         "val_error_pct": 100 * (1 - record["val_acc"]),
         "train_images_per_s": record["train_images_per_s"], "step_seconds": BATCH / record["train_images_per_s"],
         "wall_seconds": time.time() - t0, "parameters": CapsNet(CapsNetConfig(routing=routing)).num_params(),
-        "hardware": hardware(device), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "hardware": hardware(args.device), "date": time.strftime("%Y-%m-%d %H:%M"),
     }
 
 

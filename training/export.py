@@ -256,7 +256,7 @@ def model_from_graphs(model_dir: Path) -> CapsNet:
     return model.eval()
 
 
-def test_images(card: dict, data_dir: Path | None = None) -> np.ndarray:
+def centred_test_images(card: dict, data_dir: Path | None = None) -> np.ndarray:
     """The test images of the dataset the model was trained on, centred on its input size (N, S, S) uint8."""
     dataset = card["train_config"]["dataset"]
     images = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"].images.numpy()
@@ -287,7 +287,7 @@ def reexport(model_dir: Path, data_dir: Path | None = None) -> dict:
     """
     model_dir = Path(model_dir)
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
-    model, images = model_from_graphs(model_dir), test_images(card, data_dir)
+    model, images = model_from_graphs(model_dir), centred_test_images(card, data_dir)
     with tempfile.TemporaryDirectory() as tmp:
         capsnet_path, decoder_path = export(model, Path(tmp))
         parity = check_parity(model, capsnet_path, decoder_path, images)
