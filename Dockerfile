@@ -63,9 +63,12 @@ RUN sed -E "s/^onnxruntime-gpu([<>=!~; ]|$)/${ORT_PACKAGE}\1/" requirements-serv
 FROM runtime AS api
 COPY --from=builder-api /opt/venv /opt/venv
 COPY model/__init__.py model/contract.py model/capsnet.onnx model/capsnet.int8.onnx model/decoder.onnx model/capsnet.json ./model/
+COPY model/fashion-mnist/ ./model/fashion-mnist/
+COPY model/multimnist/ ./model/multimnist/
+COPY model/affine/ ./model/affine/
 COPY app/ ./app/
 # every CAPSNET_* setting of app/settings.py can be given with `docker run -e` or in compose;
-# one process per container (one engine, one batcher): scale out with more containers
+# one process per container (one engine and its batchers per model): scale out with more containers
 ENV CAPSNET_HOST=0.0.0.0 CAPSNET_PORT=8000
 USER 10001:10001
 EXPOSE 8000

@@ -72,6 +72,8 @@ class DynamicBatcher:
         self._thread.start()
 
     def close(self, timeout: float = 10.0) -> None:
+        if self._thread.ident is None:  # never started
+            return
         self._queue.put(_STOP)
         self._thread.join(timeout)
 

@@ -1,9 +1,10 @@
-"""Named dependencies: the app's settings and its engine (created once, in the lifespan)."""
+"""Named dependencies: the app's settings, its engines (created once, in the lifespan) and the engine of
+the model a request names (`?model=NAME`, the default model without it)."""
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Query, Request
 
-from app.engine import Engine
+from app.engine import Engine, Engines
 from app.settings import Settings
 
 
@@ -11,9 +12,23 @@ def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_engine(request: Request) -> Engine:
-    return request.app.state.engine
+def get_engines(request: Request) -> Engines:
+    return request.app.state.engines
+
+
+def get_engine(engines: Annotated[Engines, Depends(get_engines)], model: Annotated[str | None, Query(
+        description="the served model to use (GET /models lists them); default: the default model, mnist",
+        examples=["mnist", "multimnist", "fashion-mnist"], max_length=64)] = None) -> Engine:
+    name = engines.default if model is None else model
+    if name not in engines.names:
+        raise HTTPException(404, f"no model is called {name!r} here; this server serves {', '.join(engines.names)} "
+                                 "(GET /models)")
+    engine = engines[name]
+    if not engine.ready:
+        raise HTTPException(503, f"model {name} is not ready: {engine.state}")
+    return engine
 
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+EnginesDep = Annotated[Engines, Depends(get_engines)]
 EngineDep = Annotated[Engine, Depends(get_engine)]

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import onnxruntime as ort
 from app.batcher import DynamicBatcher
 from app.metrics import EngineMetrics
 from app.settings import Settings
+from app.spec import read_serving
 from model import contract
 
 log = logging.getLogger(__name__)
@@ -36,26 +38,25 @@ REQUIRED_OUTPUTS = (contract.LENGTHS, contract.CAPSULES, contract.ROUTING, contr
 Outputs = dict[str, np.ndarray]  # contract output name -> array
 
 
-def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray | None = None) -> np.ndarray:
-    """Per-class 6x6 maps of where the routing sent each digit's evidence from.
+def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray | None, types: int, grid: int) -> np.ndarray:
+    """Per-class grid x grid maps of where the routing sent each class's evidence from.
 
-    map_j(row, col) = Σ over the 32 primary types t of c_ij · ||u_hat_j|i||, i = t*36 + row*6 + col
+    map_j(row, col) = Σ over the primary types t of c_ij · ||u_hat_j|i||, i = t*grid² + row*grid + col
     (contract's capsule index), with c_ij the final coupling coefficients of Procedure 1 and u_hat
     the prediction vectors of Eq. 2. Without vote lengths (an export older than the contract's
     `vote_lengths` output) the map is the mean coupling over the types instead.
 
     Args:
-        routing: c_ij, (1152, 10).
-        vote_lengths: ||u_hat_j|i||, (1152, 10), or None.
+        routing: c_ij, (types * grid², classes): (1152, 10) for MNIST's 32 types on a 6x6 grid.
+        vote_lengths: ||u_hat_j|i||, the same shape, or None.
     Returns:
-        (10, 6, 6) float32.
+        (classes, grid, grid) float32.
     """
-    g, t = contract.PRIMARY_GRID, contract.PRIMARY_TYPES
     if vote_lengths is None:
-        maps = routing.reshape(t, g, g, -1).mean(axis=0)  # (6, 6, 10)
+        maps = routing.reshape(types, grid, grid, -1).mean(axis=0)  # (grid, grid, classes)
     else:
-        maps = (routing * vote_lengths).reshape(t, g, g, -1).sum(axis=0)  # (6, 6, 10)
-    return np.ascontiguousarray(maps.transpose(2, 0, 1), dtype=np.float32)  # (10, 6, 6)
+        maps = (routing * vote_lengths).reshape(types, grid, grid, -1).sum(axis=0)
+    return np.ascontiguousarray(maps.transpose(2, 0, 1), dtype=np.float32)
 
 
 def cuda_devices() -> int:
@@ -107,43 +108,45 @@ def choose_precision(setting: str, card: dict, on_cpu: bool, int8_present: bool)
 
 
 class Engine:
-    """CapsNet and decoder sessions with their dynamic batchers; `ready` after warm-up.
+    """One model folder's CapsNet and decoder sessions with their dynamic batchers; `ready` after warm-up.
+
+    Every size comes from the folder's card (app/spec.py), checked against the graphs' own inputs and
+    outputs; a folder that does not agree raises a ValueError naming it.
 
     Args:
-        settings: model_dir, providers, threads and batching limits.
+        name: what clients call the model (?model=NAME, the Open Inference Protocol's model name).
+        directory: holds capsnet.onnx, decoder.onnx, capsnet.json (and capsnet.int8.onnx).
+        settings: providers, threads and batching limits.
         metrics: where batch sizes and inference times go (None: nowhere).
     """
 
-    def __init__(self, settings: Settings, metrics: EngineMetrics | None = None):
-        self.settings = settings
-        self.card = json.loads((settings.model_dir / contract.MODEL_CARD).read_text())
+    def __init__(self, name: str, directory: Path, settings: Settings, metrics: EngineMetrics | None = None):
+        self.name, self.directory, self.settings = name, Path(directory), settings
+        self.card = json.loads((self.directory / contract.MODEL_CARD).read_text())
+        self.spec = read_serving(self.card, f"{self.directory} (model {name})")
         self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
         first = self._providers[0] if isinstance(self._providers[0], str) else self._providers[0][0]
         self.precision = choose_precision(settings.precision, self.card, first == "CPUExecutionProvider",
-                                          (settings.model_dir / contract.CAPSNET_INT8_ONNX).is_file())
+                                          (self.directory / contract.CAPSNET_INT8_ONNX).is_file())
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
         self.capsnet = self._session(self.capsnet_file)
-        self._version = hashlib.sha256((settings.model_dir / self.capsnet_file).read_bytes()).hexdigest()[:12]
+        self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
         self.output_names = self._check_contract()
         self.providers = self.capsnet.get_providers()
-        log.info("model %s %s (%s) loaded from %s; execution providers in use: %s", self.name, self.version,
-                 self.precision, settings.model_dir / self.capsnet_file, self.providers)
+        log.info("model %s %s (%s) loaded from %s; execution providers in use: %s", name, self.version,
+                 self.precision, self.directory / self.capsnet_file, self.providers)
         if self.providers[0] != first:  # onnxruntime could not start it and fell back
             log.warning("%s was asked for first but the session runs on %s", first, self.providers[0])
         wait = settings.max_wait_ms / 1000
         deadline = settings.request_deadline_s
-        self._capsnet_batcher = DynamicBatcher(self._run_capsnet, "capsnet", settings.max_batch, wait,
+        self._capsnet_batcher = DynamicBatcher(self._run_capsnet, name, settings.max_batch, wait,
                                                settings.max_queue, metrics, deadline)
-        self._decoder_batcher = DynamicBatcher(self._run_decoder, "decoder", settings.max_reconstruct_batch,
+        self._decoder_batcher = DynamicBatcher(self._run_decoder, f"{name}_decoder", settings.max_reconstruct_batch,
                                                wait, settings.max_queue, metrics, deadline)
-        self._warmer = threading.Thread(target=self._warm_up_logged, name="warm-up", daemon=True)
+        self._warmer = threading.Thread(target=self._warm_up_logged, name=f"warm-up-{name}", daemon=True)
         self.ready = False
         self.state = "loaded, not warmed up"
-
-    @property
-    def name(self) -> str:
-        return self.card["name"]
 
     @property
     def version(self) -> str:
@@ -151,26 +154,50 @@ class Engine:
         return self._version
 
     @property
+    def size(self) -> int:
+        """Side of the model's square input (and of its reconstructions)."""
+        return self.spec.size
+
+    @property
     def routing_weighting(self) -> str:
         """How routing_maps weighs c_ij: by ||u_hat|| when the graph outputs it (see routing_maps)."""
         return "vote_length" if contract.VOTE_LENGTHS in self.output_names else "coupling"
+
+    def routing_maps(self, routing: np.ndarray, vote_lengths: np.ndarray | None) -> np.ndarray:
+        """routing_maps on this model's primary grid: (classes, grid, grid)."""
+        primary = self.spec.primary_capsules
+        return routing_maps(routing, vote_lengths, primary.types, primary.grid)
 
     def _session(self, filename: str) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.settings.intra_op_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
-        return ort.InferenceSession(str(self.settings.model_dir / filename), options, providers=self._providers)
+        return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
     def _check_contract(self) -> list[str]:
-        """The capsnet outputs to fetch; raises if either graph does not follow model/contract.py."""
+        """The capsnet outputs to fetch; raises if either graph does not follow model/contract.py with
+        the card's sizes (input size, primary capsules, class capsules)."""
+        spec, n = self.spec, contract.BATCH
+        s, p, c, d = spec.size, spec.primary_capsules.count, spec.class_capsules.count, spec.class_capsules.dim
+        want = {contract.IMAGE: [1, s, s], contract.LENGTHS: [c], contract.CAPSULES: [c, d],
+                contract.ROUTING: [p, c], contract.RECONSTRUCTION: [s, s], contract.VOTE_LENGTHS: [p, c]}
+        graphs = {"capsnet": (self.capsnet, list(contract.CAPSNET_INPUTS), REQUIRED_OUTPUTS),
+                  "decoder": (self.decoder, list(contract.DECODER_INPUTS), contract.DECODER_OUTPUTS)}
+        problems = []
+        for graph, (session, inputs, required) in graphs.items():
+            nodes = {node.name: node.shape for node in session.get_inputs() + session.get_outputs()}
+            names = [node.name for node in session.get_inputs()]
+            if names != inputs or any(name not in nodes for name in required):
+                problems.append(f"{graph} has {names} -> {[o.name for o in session.get_outputs()]}, the contract "
+                                f"says {inputs} -> {list(required)}")
+                continue
+            for name, shape in nodes.items():
+                if name in want and [dim for dim in shape[1:]] != want[name]:
+                    problems.append(f"{graph}'s {name} is {[n, *shape[1:]]}, the card says {[n, *want[name]]}")
+        if problems:
+            raise ValueError(f"the ONNX files in {self.directory} (model {self.name}) do not match model/contract.py "
+                             f"and their card: {'; '.join(problems)}")
         outputs = [o.name for o in self.capsnet.get_outputs()]
-        missing = [name for name in REQUIRED_OUTPUTS if name not in outputs]
-        inputs = [i.name for i in self.capsnet.get_inputs()]
-        decoder = ([i.name for i in self.decoder.get_inputs()], [o.name for o in self.decoder.get_outputs()])
-        if missing or inputs != list(contract.CAPSNET_INPUTS) or decoder != (
-                list(contract.DECODER_INPUTS), list(contract.DECODER_OUTPUTS)):
-            raise RuntimeError(f"the ONNX files in {self.settings.model_dir} do not follow model/contract.py: "
-                               f"capsnet {inputs} -> {outputs}, decoder {decoder[0]} -> {decoder[1]}")
         return [name for name in contract.CAPSNET_OUTPUTS if name in outputs]
 
     # --- running ---------------------------------------------------------------------------------
@@ -181,17 +208,18 @@ class Engine:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
 
     async def predict(self, image: np.ndarray) -> Outputs:
-        """One (28, 28) float32 image in [0, 1] -> its outputs, batched with concurrent requests."""
+        """One (size, size) float32 image in [0, 1] -> its outputs, batched with concurrent requests."""
         outputs = await self._capsnet_batcher.submit(image[None, None].astype(np.float32))
         return {name: out[0] for name, out in zip(self.output_names, outputs)}
 
-    async def reconstruct(self, digits: np.ndarray, capsules: np.ndarray) -> np.ndarray:
-        """Digits (n,) and their 16D capsules (n, 16) -> decoder images (n, 28, 28).
+    async def reconstruct(self, classes: np.ndarray, capsules: np.ndarray) -> np.ndarray:
+        """Classes (n,) and their 16D capsules (n, 16) -> decoder images (n, size, size).
 
-        The decoder's input is the 10 digit capsules with all but the chosen one zeroed (section 4.1).
+        The decoder's input is the class capsules with all but the chosen one zeroed (section 4.1).
         """
-        masked = np.zeros((len(digits), contract.NUM_CLASSES, contract.CAPSULE_DIM), np.float32)
-        masked[np.arange(len(digits)), digits] = capsules
+        spec = self.spec.class_capsules
+        masked = np.zeros((len(classes), spec.count, spec.dim), np.float32)
+        masked[np.arange(len(classes)), classes] = capsules
         (reconstruction,) = await self._decoder_batcher.submit(masked)
         return reconstruction
 
@@ -208,13 +236,13 @@ class Engine:
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:
         """Run both graphs at batch 1 and at their largest batch, then mark the engine ready."""
-        size = contract.IMAGE_SIZE
+        capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
-            self._run_capsnet(np.zeros((n, 1, size, size), np.float32))
+            self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32))
         for n in sorted({1, self.settings.max_reconstruct_batch}):
-            self._run_decoder(np.zeros((n, contract.NUM_CLASSES, contract.CAPSULE_DIM), np.float32))
+            self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         self.ready, self.state = True, "ready"
-        log.info("warm-up done; ready on %s", self.providers)
+        log.info("model %s: warm-up done; ready on %s", self.name, self.providers)
 
     def start(self) -> None:
         """Start the batchers and, unless already warm, warm up on a background thread (GET /ready
@@ -229,7 +257,7 @@ class Engine:
         try:
             self.warm_up()
         except Exception as exc:
-            log.exception("warm-up failed")
+            log.exception("model %s: warm-up failed", self.name)
             self.state = f"warm-up failed: {exc}"
 
     def close(self) -> None:
@@ -237,3 +265,64 @@ class Engine:
             self._warmer.join()  # a session must not be torn down while it runs
         self._capsnet_batcher.close()
         self._decoder_batcher.close()
+
+
+class ModelLoadError(RuntimeError):
+    """A configured model cannot load or run; the message names it."""
+
+
+class Engines:
+    """Every served model's Engine by name, in the order of the settings; one of them the default.
+
+    Args:
+        settings: which models (settings.model_dirs) and the default one.
+        metrics: shared by the engines.
+    Raises:
+        ValueError or onnxruntime's error, prefixed with the model's name, if one cannot load.
+    """
+
+    def __init__(self, settings: Settings, metrics: EngineMetrics | None = None):
+        self.settings, self.default = settings, settings.default_model
+        self.engines: dict[str, Engine] = {}
+        for name, directory in settings.model_dirs.items():
+            try:
+                self.engines[name] = Engine(name, directory, settings, metrics)
+            except Exception as exc:
+                self.close()
+                raise ModelLoadError(f"model {name} ({directory}): {' '.join(str(exc).split())}") from exc
+
+    def __getitem__(self, name: str) -> Engine:
+        return self.engines[name]
+
+    def __iter__(self):
+        return iter(self.engines.values())
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.engines)
+
+    @property
+    def ready(self) -> bool:
+        return all(engine.ready for engine in self)
+
+    @property
+    def state(self) -> str:
+        """What the models are doing, for a 503: every model not ready yet, with its state."""
+        return "; ".join(f"{e.name}: {e.state}" for e in self if not e.ready) or "ready"
+
+    def warm_up(self) -> None:
+        """Warm every model up in turn; a failure names the model."""
+        for engine in self:
+            try:
+                engine.warm_up()
+            except Exception as exc:
+                raise ModelLoadError(f"model {engine.name} ({engine.directory}): warm-up failed: "
+                                     f"{' '.join(str(exc).split())}") from exc
+
+    def start(self) -> None:
+        for engine in self:
+            engine.start()
+
+    def close(self) -> None:
+        for engine in self.engines.values():
+            engine.close()

@@ -18,6 +18,12 @@ needs (each step is one function below):
   3. fit and centre as LeCun did.
 An image with transparency (a Gradio sketchpad sends strokes on a transparent layer) has its ink in
 the alpha channel: light ink on a black paper.
+
+A model's card names its preprocessing (model/contract.py's PREPROCESSING, app/spec.py): `digit` is the
+above; `digit-pair` is the same for two overlapping digits (MultiMNIST, section 6 of the paper), whose
+union is fitted into the ink box the training pairs' union had; `garment` follows how Fashion-MNIST
+was made from product photos (github.com/zalandoresearch/fashion-mnist, "Get the data"): trim the
+plain background, resize the longest edge to the frame, centre, negate, grey levels kept.
 """
 import base64
 import binascii
@@ -46,7 +52,7 @@ MIN_PART = 0.02  # a part with less ink than this fraction of the heaviest is a 
 OTHER_SHAPE = 0.25  # a far part with this fraction of the digit's ink is a second shape: warned
 MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for the stroke to grow
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's convert("L") uses
-CENTRE = contract.IMAGE_SIZE // 2  # 14
+BORDER = 0.02  # garment: the frame (fraction of the longer side) whose median is the background
 DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
 
 
@@ -161,7 +167,7 @@ class Digit(NamedTuple):
 
 class Prepared(NamedTuple):
     """The model input and what was unusual on the way to it."""
-    image: np.ndarray  # (28, 28) float32, white on black
+    image: np.ndarray  # (size, size) float32, white on black
     warnings: list[str]
 
 
@@ -340,17 +346,18 @@ def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
     return np.clip(np.asarray(Image.fromarray(ink).resize(size, Image.Resampling.BICUBIC)), 0.0, 1.0)
 
 
-def normalise_stroke(ink: np.ndarray, side: float) -> np.ndarray:
+def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.ndarray:
     """The digit (its longer side `side` px) with its strokes eroded (a marker) or dilated (a fine pen)
     by grey morphology with a disk to MNIST's median width, at NORM_BOX px, when they lie outside
     MNIST's range (contract.STROKE_RANGE); a digit within the range comes back as it was.
 
     The disk's radius r solves (w -+ 2r) / (S -+ 2r) = median: eroding or dilating also shrinks or
-    grows the digit's box S, which fit_and_centre scales back to 20 px.
+    grows the digit's box S, which fit_and_centre scales back to its ink box. `share`: one digit's
+    box over the ink's (MNIST's 20 px over a pair's 23), since the widths are fractions of a digit.
     """
     x = ink if side == NORM_BOX else at_norm_box(ink, side)
-    width, target = stroke_width(x), contract.STROKE_MEDIAN
-    low, high = (NORM_BOX * f for f in contract.STROKE_RANGE)
+    width, target = stroke_width(x), contract.STROKE_MEDIAN * share
+    low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
     radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
     if width > high:
         return ndimage.grey_erosion(x, footprint=disk(radius))
@@ -382,60 +389,133 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     return (a / max(float(a.max()), 1e-6)).astype(np.float32), side * scale
 
 
-def warnings_of(digit: Digit) -> list[str]:
-    """Sentences about an input the model may misread."""
+def warnings_of(digit: Digit, what: str = "one digit") -> list[str]:
+    """Sentences about an input the model may misread; `what` the model wants in one image."""
     notes = []
     if digit.contrast < LOW_CONTRAST:
         notes.append(f"very low contrast: the ink differs from the paper by {digit.contrast:.2f} of the full "
                      "range; a darker pen or more light would help")
     if digit.other_shapes:
-        notes.append(f"{digit.other_shapes} other shape(s) beside the digit were left out; send one digit "
+        notes.append(f"{digit.other_shapes} other shape(s) beside the digit were left out; send {what} "
                      "per image")
     return notes
 
 
-def fit_and_centre(x: np.ndarray) -> np.ndarray:
-    """Ink (H, W) -> (28, 28): crop to the ink, fit into 20x20 keeping aspect, centre of mass at (14, 14)."""
+def fit_and_centre(x: np.ndarray, box: int = contract.INK_BOX, size: int = contract.IMAGE_SIZE) -> np.ndarray:
+    """Ink (H, W) -> (size, size): crop to the ink, fit into box x box keeping aspect, centre of mass at
+    the centre (LeCun's MNIST: box 20, size 28, centre (14, 14))."""
     rows, cols = np.flatnonzero(x.any(axis=1)), np.flatnonzero(x.any(axis=0))
     x = x[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
-    scale = contract.INK_BOX / max(x.shape)
+    scale = box / max(x.shape)
     height, width = (max(1, round(side * scale)) for side in x.shape)
     small = Image.fromarray(x).resize((width, height), Image.Resampling.LANCZOS)
     small = np.clip(np.asarray(small), 0.0, None)
     small = np.clip(small / small.max(), 0.0, 1.0)  # LeCun's digits reach full intensity
     ys, xs = np.indices(small.shape)
     mass = small.sum()
-    top = int(np.floor(CENTRE - (ys * small).sum() / mass + 0.5))
-    left = int(np.floor(CENTRE - (xs * small).sum() / mass + 0.5))
-    size = contract.IMAGE_SIZE
+    top = int(np.floor(size // 2 - (ys * small).sum() / mass + 0.5))
+    left = int(np.floor(size // 2 - (xs * small).sum() / mass + 0.5))
     top, left = min(max(top, 0), size - height), min(max(left, 0), size - width)
     out = np.zeros((size, size), np.float32)
     out[top:top + height, left:left + width] = small
     return out
 
 
-def preprocess(image: Image.Image, mode: str) -> Prepared:
-    """A decoded image -> the (28, 28) float32 model input and warnings about it.
-
-    Args:
-        mode: "mnist" (find the ink, crop, fit, centre) or "none" (the image must already be a 28x28
-            MNIST-style picture, white on black; transparent pixels count as black).
-    """
-    size = contract.IMAGE_SIZE
-    if mode == "none":
-        if image.size != (size, size):
-            raise ImageError(f"preprocess=none needs a {size}x{size} image; this one is "
-                             f"{image.width}x{image.height} (use preprocess=mnist)")
-        grey, alpha = channels(image)
-        return Prepared((grey if alpha is None else grey * alpha).astype(np.float32), [])
+def digits(image: Image.Image, box: int, size: int, what: str) -> Prepared:
+    """One digit (or an overlapping pair, `what`) found, cropped, its stroke set, fitted and centred."""
     picture, light_ink = source(image)
     paper, digit, factor = locate(picture, light_ink)
     ink, side = digit_ink(picture, paper, digit, factor)
-    return Prepared(fit_and_centre(normalise_stroke(ink, side)), warnings_of(digit))
+    share = contract.INK_BOX / box  # one digit's box over the whole ink's
+    return Prepared(fit_and_centre(normalise_stroke(ink, side, share), box, size), warnings_of(digit, what))
+
+
+def on_white(image: Image.Image) -> np.ndarray:
+    """Grey (H, W) in [0, 1] with transparent pixels on white, as a product cut-out is shown."""
+    grey, alpha = channels(image)
+    return grey if alpha is None else grey * alpha + (1.0 - alpha)
+
+
+def garment(image: Image.Image, box: int, size: int) -> Prepared:
+    """One object on a plain background, as Fashion-MNIST made its images from product photos: the
+    background (the median of the picture's frame) is trimmed, the object's longest edge resized to
+    `box` (anti-aliased), the other edge extended to `size` around it, and the intensities negated so
+    that the object is light on black; its grey levels are kept (a garment is not ink). A dark
+    background is not negated. Specks (parts with under MIN_PART of the heaviest's weight) are left out."""
+    x = on_white(image)
+    h, w = x.shape
+    m = max(1, round(BORDER * max(h, w)))
+    frame = np.concatenate([x[:m].ravel(), x[-m:].ravel(), x[:, :m].ravel(), x[:, -m:].ravel()])
+    paper = float(median(frame))
+    a = (paper - x) / max(paper, 1e-6) if paper >= 0.5 else (x - paper) / max(1.0 - paper, 1e-6)
+    a = np.clip(a, 0.0, 1.0)
+    if a.max() < MIN_CONTRAST:
+        raise ImageError("nothing stands out from the background: the image is one flat colour; send a photo "
+                         "of one garment on a plain background")
+    floor = max(INK_FLOOR * float(a.max()), NOISE_FLOOR * robust_sigma(frame - paper))
+    labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
+    masses = np.bincount(labels.ravel(), a.ravel(), n + 1)[1:]
+    kept = np.flatnonzero(masses >= MIN_PART * masses.max()) + 1
+    rows, cols = np.nonzero(np.isin(labels, kept))
+    a = a[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    scale = box / max(a.shape)
+    height, width = (min(box, max(1, round(side * scale))) for side in a.shape)
+    small = np.clip(np.asarray(Image.fromarray(a).resize((width, height), Image.Resampling.LANCZOS)), 0.0, 1.0)
+    out = np.zeros((size, size), np.float32)
+    top, left = (size - height) // 2, (size - width) // 2
+    out[top:top + height, left:left + width] = small
+    notes = [] if a.max() >= LOW_CONTRAST else [
+        f"very low contrast: the object differs from the background by {a.max():.2f} of the full range"]
+    return Prepared(out, notes)
+
+
+PAIR = "two overlapping digits"
+
+
+def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMAGE_SIZE,
+               box: int = contract.INK_BOX) -> Prepared:
+    """A decoded image -> the (size, size) float32 model input and warnings about it.
+
+    Args:
+        kind: a model's preprocessing (contract.PREPROCESSING: digit, digit-pair, garment), or "none":
+            the image must already be the model's size x size picture, white on black (transparent
+            pixels count as black).
+        size: the model's input side (its card's serving.input.size).
+        box: the ink box's longer side in the input (its card's serving.preprocessing.ink_box).
+    """
+    if kind == "none":
+        if image.size != (size, size):
+            raise ImageError(f"preprocess=none needs a {size}x{size} image; this one is "
+                             f"{image.width}x{image.height} (use preprocess=auto)")
+        grey, alpha = channels(image)
+        return Prepared((grey if alpha is None else grey * alpha).astype(np.float32), [])
+    if kind == "garment":
+        return garment(image, box, size)
+    return digits(image, box, size, PAIR if kind == "digit-pair" else "one digit")
+
+
+OVERLAY_INPUT = 0.35  # the input's brightness under the reconstructions of overlay()
+
+
+def overlay(image: np.ndarray, drawings: np.ndarray) -> np.ndarray:
+    """The paper's Fig. 5 colouring: the first object's reconstruction in red and the second's in green
+    (yellow where both explain a pixel; a third, if any, in blue) over the dimmed input.
+
+    Args:
+        image: the model's input (H, W) in [0, 1].
+        drawings: the objects' reconstructions (k, H, W), longest capsule first.
+    Returns:
+        (H, W, 3) float32 in [0, 1].
+    """
+    base = OVERLAY_INPUT * image
+    rgb = np.repeat(base[..., None], 3, axis=-1)
+    for channel, drawing in enumerate(drawings[:3]):
+        rgb[..., channel] = np.maximum(base, drawing)
+    return np.clip(rgb, 0.0, 1.0).astype(np.float32)
 
 
 def png_data_url(x: np.ndarray) -> str:
-    """(H, W) floats in [0, 1] -> "data:image/png;base64,..." (8-bit grey)."""
+    """(H, W) grey or (H, W, 3) RGB floats in [0, 1] -> "data:image/png;base64,..." (8 bits a channel)."""
     buffer = io.BytesIO()
     Image.fromarray(np.round(np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)).save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

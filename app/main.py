@@ -9,36 +9,38 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app import VERSION
-from app.engine import Engine
+from app.engine import Engines
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
 from app.middleware import REQUEST_ID, BodyLimitMiddleware, RequestIdMiddleware
-from app.routes import health, inference_protocol, predict, reconstruct
+from app.routes import health, inference_protocol, models, predict, reconstruct
 from app.settings import Settings, get_settings
 
 DESCRIPTION = """CapsNet (Sabour, Frosst & Hinton 2017, https://arxiv.org/abs/1710.09829) on ONNX Runtime.
 
 Post a handwritten digit to `/predict`; get the digit capsules' lengths (class probabilities), the
-capsules, the decoder's reconstruction and the routing coefficients. Every client mistake is a 4xx
+capsules, the decoder's reconstruction and the routing coefficients. `GET /models` lists every served
+model (`?model=multimnist`: two overlapping digits, each reconstructed from its own capsule;
+`?model=fashion-mnist`: a garment). Every client mistake is a 4xx
 with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
-    # python -m app brings an engine it has loaded and warmed up; any other start (or a second one,
+    # python -m app brings the engines it has loaded and warmed up; any other start (or a second one,
     # as a test client's) loads its own
-    engine, app.state.preloaded = app.state.preloaded or Engine(app.state.settings, app.state.metrics), None
-    engine.start()  # warms up in the background unless already warm; GET /ready says when done
-    app.state.engine = engine
+    engines, app.state.preloaded = app.state.preloaded or Engines(app.state.settings, app.state.metrics), None
+    engines.start()  # warms up in the background unless already warm; GET /ready says when done
+    app.state.engines = engines
     try:
         yield
     finally:
-        engine.close()
+        engines.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """The app on settings. Its lifespan starts app.state.preloaded when one was set (`python -m app`
-    loads and warms one up before serving), else it loads one and warms it up in the background."""
+    """The app on settings. Its lifespan starts app.state.preloaded when set (`python -m app` loads and
+    warms every model up before serving), else it loads them and warms them up in the background."""
     settings = settings or get_settings()
     app = FastAPI(title="CapsNet service", version=VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.preloaded = settings, None
@@ -49,6 +51,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=[REQUEST_ID])
-    for module in (predict, reconstruct, health, inference_protocol):
+    for module in (predict, reconstruct, models, health, inference_protocol):
         app.include_router(module.router)
     return app

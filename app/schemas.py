@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from model import contract
 
+# Every shipped model has 10 classes of 16D capsules; the image, grid and primary-capsule sizes are each
+# model's own (GET /models), so the schemas give MNIST's in examples only.
 C, D, S, G, P = (contract.NUM_CLASSES, contract.CAPSULE_DIM, contract.IMAGE_SIZE, contract.PRIMARY_GRID,
                  contract.NUM_PRIMARY)
 CAPSULE_LIMIT = 1000.0  # digit capsules are squashed (length < 1); the bound keeps float32 finite
@@ -19,13 +21,14 @@ def vector(n: int, item=float, description: str | None = None):
 
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-Image28 = vector(S, vector(S, Unit), "28x28 pixels in [0, 1], rows first")
+Square = Annotated[list[list[Unit]], Field(description="the model's input size squared (28x28 for MNIST, 36x36 for "
+                                                       "MultiMNIST), pixels in [0, 1], rows first")]
 PNG_EXAMPLE = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABwAAAAcCAAAAABXZoBIAAAAwUlEQVR42mNgGDaAEUKF"
                "pD77sfTFHeyS9xQYGBg+X4UKPuk6w8DAwMDAAuGm6l/TMnSweCzLwPDntSTDozPIOhkYGBgYBA3PmDIw/Lh1XShnGi5nBP+9"
                "KIRLTuzl/2AokwlDMlv0/U1cGq1//rPD6fHWf7tZcclxnv1hhVNj3b9tOOW8f3+wxCUnfPffMlxyzKf/3VbGJan2758vLjn5"
                "B/+KGXF78Z8JLjnbT+iSSGFrw8Nw9wuKJAsy56LzO+ITGABpETyQcCy90wAAAABJRU5ErkJggg==")  # test image 0, a 7
 INCLUDE_OPTIONS = ("capsules", "reconstruction", "routing")
-Preprocess = Literal["mnist", "none"]
+Preprocess = Literal["auto", "mnist", "none"]  # mnist: the earlier name of auto
 
 
 # --- /predict -------------------------------------------------------------------------------------
@@ -36,24 +39,24 @@ class PredictRequest(BaseModel):
 
 
 class Reconstruction(BaseModel):
-    image: Image28
+    image: Square
     png: str = Field(description="the same image as a PNG data URL", examples=[PNG_EXAMPLE])
 
 
 class Routing(BaseModel):
-    coefficients: vector(P, vector(C)) = Field(
-        description="the routing coefficients of 1152 primary capsules x 10 digits, primary capsule i = "
-                    "type*36 + row*6 + col: for dynamic routing the final c_ij of Procedure 1 (each row "
+    coefficients: list[vector(C)] = Field(
+        description="the routing coefficients of the primary capsules x 10 classes (MNIST: 1152 = 32 types on a "
+                    "6x6 grid, i = type*36 + row*6 + col; GET /models): for dynamic routing the final c_ij of Procedure 1 (each row "
                     "sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
                     "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)")
-    maps: vector(C, vector(G, vector(G))) = Field(
-        description="per digit j, a 6x6 map: Σ over the 32 primary types of c_ij·||u_hat_j|i|| "
+    maps: vector(C, list[list[float]]) = Field(
+        description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of c_ij·||u_hat_j|i|| "
                     "(weighting=vote_length) or the mean c_ij over the types (weighting=coupling)")
     weighting: Literal["vote_length", "coupling"] = Field(description="which formula made the maps")
 
 
 class ModelInfo(BaseModel):
-    name: str = Field(examples=["capsnet-mnist"])
+    name: str = Field(description="the served model (?model=)", examples=["mnist"])
     version: str = Field(description="first 12 hex digits of the sha256 of the graph that answered "
                                      "(capsnet.onnx, or capsnet.int8.onnx: see precision)", examples=["0f9463a855b3"])
     provider: str = Field(description="the ONNX Runtime execution provider in use", examples=["CPUExecutionProvider"])
@@ -62,8 +65,17 @@ class ModelInfo(BaseModel):
 
 
 class RunnerUp(BaseModel):
-    digit: int = Field(ge=0, le=C - 1, description="the digit with the second-longest capsule")
+    digit: int = Field(ge=0, le=C - 1, description="the class (index) with the longest capsule after the answer's")
+    label: str = Field(description="its name (a digit, or a Fashion-MNIST class)", examples=["1"])
     length: float = Field(ge=0.0, le=1.0, description="its capsule length ||v_j||")
+
+
+class Object(BaseModel):
+    """One of the objects of a several-object model (MultiMNIST): a long capsule and its drawing."""
+    digit: int = Field(ge=0, le=C - 1, description="its class (index)")
+    label: str = Field(examples=["3"])
+    length: float = Field(ge=0.0, le=1.0, description="its capsule length ||v_j||")
+    reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing from this capsule alone")
 
 
 def _predict_example() -> dict:
@@ -71,15 +83,16 @@ def _predict_example() -> dict:
     probabilities[7], probabilities[1] = 0.98, 0.06
     return {
         "prediction": 7,
+        "label": "7",
         "probabilities": probabilities,
-        "runner_up": {"digit": 1, "length": 0.06},
+        "runner_up": {"digit": 1, "label": "1", "length": 0.06},
         "warnings": [],
         "capsules": [[0.0] * D for _ in range(C)],
         "reconstruction": {"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE},
         "routing": {"coefficients": [[0.1] * C for _ in range(P)],
                     "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)], "weighting": "vote_length"},
         "input": PNG_EXAMPLE,
-        "model": {"name": "capsnet-mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider",
+        "model": {"name": "mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider",
                   "precision": "fp32"},
     }
 
@@ -87,18 +100,24 @@ def _predict_example() -> dict:
 class PredictResponse(BaseModel):
     """What the model says about one image. `include` leaves out capsules, reconstruction, routing."""
     model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
-    prediction: int = Field(ge=0, le=C - 1, description="the digit with the longest capsule")
+    prediction: int = Field(ge=0, le=C - 1, description="the class (index) with the longest capsule")
+    label: str = Field(description="its name: the digit, or a Fashion-MNIST class", examples=["7"])
     probabilities: vector(C, Unit) = Field(description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)")
-    runner_up: RunnerUp = Field(description="the second-longest capsule: how close the other answer came")
+    runner_up: RunnerUp = Field(description="the longest capsule after the answer's (after both digits' for MultiMNIST): "
+                                            "how close another answer came")
+    objects: list[Object] | None = Field(None, description="a model whose images hold several objects (MultiMNIST: "
+                                         "two digits): the longest capsules, longest first, each with its drawing")
+    overlay: str | None = Field(None, description="several objects: their reconstructions over the dimmed input as a "
+                                "PNG data URL, the first in red and the second in green (the paper's Fig. 5)")
     warnings: list[str] = Field(description="sentences about an unusual input or a doubtful answer (very low "
                                             "contrast, several shapes, no capsule longer than m- = 0.1, a runner-up "
                                             "above 0.5); empty when there is nothing to say",
                                 examples=[["very low contrast: the ink differs from the paper by 0.12 of the full range; "
                                            "a darker pen or more light would help"]])
-    capsules: vector(C, vector(D)) | None = Field(None, description="digit capsules v_j, 10x16")
-    reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the predicted capsule")
+    capsules: vector(C, vector(D)) | None = Field(None, description="class capsules v_j, 10x16")
+    reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the longest capsule")
     routing: Routing | None = None
-    input: str = Field(description="the 28x28 image the model saw, as a PNG data URL", examples=[PNG_EXAMPLE])
+    input: str = Field(description="the image the model saw (its input size), as a PNG data URL", examples=[PNG_EXAMPLE])
     model: ModelInfo
 
 
@@ -144,7 +163,7 @@ class ReconstructRequest(BaseModel):
 
 
 class ReconstructResponse(BaseModel):
-    """One reconstruction per requested capsule, in order."""
+    """One reconstruction per requested capsule, in order, at the model's input size."""
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"items": [{"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE}]}]})
     items: list[Reconstruction]
@@ -157,8 +176,34 @@ class Health(BaseModel):
 
 class Ready(BaseModel):
     status: Literal["ready"] = "ready"
-    providers: list[str] = Field(examples=[["CPUExecutionProvider"]])
-    precision: Literal["fp32", "int8"] = Field(description="the graph in use (CAPSNET_PRECISION)")
+    providers: list[str] = Field(description="the default model's", examples=[["CPUExecutionProvider"]])
+    precision: Literal["fp32", "int8"] = Field(description="the default model's graph (CAPSNET_PRECISION)")
+    models: list[str] = Field(description="every served model, all warm", examples=[["mnist", "multimnist"]])
+
+
+class ModelEntry(BaseModel):
+    name: str = Field(description="what ?model= takes", examples=["multimnist"])
+    default: bool = Field(description="the model of requests without ?model=")
+    title: str = Field(description="the card's name", examples=["capsnet-multimnist"])
+    version: str = Field(description="first 12 hex digits of the served graph's sha256", examples=["d9a7094cb497"])
+    task: str = Field(examples=["two overlapping handwritten digits (section 6)"])
+    input_size: int = Field(description="side of the square input and of the reconstructions, px", examples=[36])
+    preprocessing: Literal["digit", "digit-pair", "garment"] = Field(description="what preprocess=auto does")
+    objects: int = Field(description="objects in one image, named by the longest capsules", examples=[2])
+    classes: list[str] = Field(examples=[[str(d) for d in range(C)]])
+    accuracy: float | None = Field(description="held-out accuracy from the model card (see metric and test_set)",
+                                   examples=[0.8423])
+    metric: str = Field(examples=["both labels right: the two longest capsules are the two digits' classes"])
+    test_set: str
+    precision: Literal["fp32", "int8"]
+    provider: str = Field(examples=["CPUExecutionProvider"])
+    ready: bool
+    state: str = Field(examples=["ready"])
+
+
+class Models(BaseModel):
+    default: str = Field(examples=["mnist"])
+    models: list[ModelEntry]
 
 
 class Batching(BaseModel):
@@ -170,10 +215,11 @@ class Batching(BaseModel):
 class ModelCard(BaseModel):
     """capsnet.json (the model card written by training/export.py) plus what runs it here."""
     model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
-        {"name": "capsnet-mnist", "version": "0f9463a855b3", "test_accuracy": 0.9965,
+        {"name": "capsnet-mnist", "served_as": "mnist", "version": "0f9463a855b3", "test_accuracy": 0.9965,
          "providers": ["CPUExecutionProvider"],
          "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024}, "routing_maps": "vote_length"}]})
     name: str
+    served_as: str = Field(description="what ?model= calls it here")
     version: str
     providers: list[str] = Field(description="session.get_providers(): what really runs the model")
     precision: Literal["fp32", "int8"] = Field(description="the graph in use: version is its sha256's first 12 "

@@ -33,7 +33,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CAPSNET_", env_ignore_empty=True, extra="ignore")
 
     # --- model and execution ---------------------------------------------------------------------
-    model_dir: Path = contract.MODEL_DIR  # holds capsnet.onnx, decoder.onnx, capsnet.json
+    # the models to serve, each NAME (a shipped model: contract.SHIPPED) or NAME=DIR (a folder holding
+    # capsnet.onnx, decoder.onnx and capsnet.json, as training/export.py writes it)
+    models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(contract.SHIPPED))
+    default_model: str = Field("mnist", description="the model of /predict and /reconstruct without ?model= "
+                               "(the first of models when mnist is not served and this is not set)")
     providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     # fp32: capsnet.onnx; int8: capsnet.int8.onnx (training/quantize.py); auto: int8 when the model runs
     # on the CPU and its card ships the int8 graph (as accurate to 0.05 points, and faster), else fp32
@@ -50,7 +54,7 @@ class Settings(BaseSettings):
                                       "after this long answers 504 (and is dropped if it has not run)")
     # --- request limits --------------------------------------------------------------------------
     max_body_bytes: int = Field(5 * MB, ge=1024)
-    max_pixels: int = Field(40_000_000, ge=contract.IMAGE_SIZE ** 2)
+    max_pixels: int = Field(40_000_000, ge=1024)
     max_reconstruct_batch: int = Field(256, ge=1, le=4096)
     # --- HTTP server -----------------------------------------------------------------------------
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -62,7 +66,7 @@ class Settings(BaseSettings):
     # that the balancer, not the server, closes an idle connection and never sends on a closing one
     keep_alive_s: int = Field(75, ge=1, description="HTTP keep-alive timeout of idle connections")
 
-    @field_validator("providers", "cors_origins", mode="before")
+    @field_validator("providers", "cors_origins", "models", mode="before")
     @classmethod
     def _lists(cls, value):
         return _split_list(value)
@@ -82,15 +86,45 @@ class Settings(BaseSettings):
     def _lower(cls, value):
         return value.lower() if isinstance(value, str) else value
 
+    @property
+    def model_dirs(self) -> dict[str, Path]:
+        """Served model name -> its folder, in the order of `models`."""
+        return dict(model_entry(entry) for entry in self.models)
+
     @model_validator(mode="after")
     def _model_files_exist(self) -> "Settings":
-        for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
-            if not (self.model_dir / name).is_file():
-                raise ValueError(f"model_dir {self.model_dir} has no {name} (export one with `python -m training.export`)")
-        if self.precision == "int8" and not (self.model_dir / contract.CAPSNET_INT8_ONNX).is_file():
-            raise ValueError(f"precision int8 needs {self.model_dir / contract.CAPSNET_INT8_ONNX} "
-                             "(make it with `python -m training.quantize`), or use precision auto or fp32")
+        if not self.models:
+            raise ValueError("name at least one model to serve (models: " + ", ".join(contract.SHIPPED) + ")")
+        names = [model_entry(entry)[0] for entry in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"models names a model twice: {names}")
+        for name, folder in self.model_dirs.items():
+            for file in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
+                if not (folder / file).is_file():
+                    raise ValueError(f"model {name}: {folder} has no {file} (export one with `python -m training.export`)")
+            if self.precision == "int8" and not (folder / contract.CAPSNET_INT8_ONNX).is_file():
+                raise ValueError(f"precision int8 needs {folder / contract.CAPSNET_INT8_ONNX} for model {name} "
+                                 "(make it with `python -m training.quantize`); use precision auto or fp32, "
+                                 "or serve only the models that have one")
+        if self.default_model not in names:
+            if "default_model" in self.model_fields_set:
+                raise ValueError(f"default_model {self.default_model!r} is not among the served models {names}")
+            self.default_model = names[0]
         return self
+
+
+def model_entry(entry: str) -> tuple[str, Path]:
+    """'NAME' (shipped) or 'NAME=DIR' -> (name, folder)."""
+    name, _, folder = entry.partition("=")
+    name = name.strip()
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"model name {name!r} must be letters, digits, -, _ or . (models entry {entry!r})")
+    if folder.strip():
+        return name, Path(folder.strip())
+    if name not in contract.SHIPPED:
+        raise ValueError(f"no shipped model is called {name!r} (shipped: {', '.join(contract.SHIPPED)}); "
+                         f"serve a folder as {name}=DIR")
+    return name, contract.SHIPPED[name].directory
 
 
 @lru_cache

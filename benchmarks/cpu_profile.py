@@ -93,17 +93,17 @@ def profile() -> dict:
     from app.settings import Settings
 
     settings = Settings(log_level="warning")
-    engine = Engine(settings)
+    engine = Engine("mnist", contract.MODEL_DIR, settings)
     engine.warm_up()
     body = digit_png()
-    prepared = imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")
+    prepared = imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")
     x = prepared.image[None, None].astype(np.float32)
     outputs = {n: o[0] for n, o in zip(engine.output_names, engine.capsnet.run(engine.output_names,
                                                                                 {contract.IMAGE: x}))}
     include = {"capsules", "reconstruction", "routing"}
     stages = {
         "multipart": multipart_ms(body),
-        "decode+prepare": median_ms(lambda: imaging.preprocess(imaging.decode(body, settings.max_pixels), "mnist")),
+        "decode+prepare": median_ms(lambda: imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")),
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
         "render": median_ms(lambda: render(outputs, prepared, include, engine)),
     }
@@ -122,7 +122,7 @@ def profile() -> dict:
     threads = settings.intra_op_threads or os.cpu_count()
     return {"device": device(), "precision": engine.precision, "graph": engine.capsnet_file,
             "threads": threads, "when": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2),
-            "stages_ms": stages, "operators_ms": operators(settings.model_dir / engine.capsnet_file, threads)}
+            "stages_ms": stages, "operators_ms": operators(engine.directory / engine.capsnet_file, threads)}
 
 
 def markdown(report: dict) -> str:

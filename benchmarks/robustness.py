@@ -260,7 +260,7 @@ class LocalReader:
 
     def __call__(self, data: bytes) -> int:
         from app import imaging
-        x = imaging.preprocess(imaging.decode(data, 40_000_000), "mnist").image
+        x = imaging.preprocess(imaging.decode(data, 40_000_000), "digit").image
         lengths, = self.session.run([contract.LENGTHS], {contract.IMAGE: x[None, None]})
         return int(lengths[0].argmax())
 
@@ -339,7 +339,7 @@ def preprocess_time(repeats: int = 200) -> dict:
         times["decode_wall"].append(time.perf_counter() - wall)
         times["decode_cpu"].append(time.process_time() - cpu)
         wall, cpu = time.perf_counter(), time.process_time()
-        imaging.preprocess(image, "mnist")
+        imaging.preprocess(image, "digit")
         times["preprocess_wall"].append(time.perf_counter() - wall)
         times["preprocess_cpu"].append(time.process_time() - cpu)
     size = Image.open(io.BytesIO(sample.data)).size

@@ -76,6 +76,14 @@ DECODER_ONNX = "decoder.onnx"
 CAPSNET_INT8_ONNX = "capsnet.int8.onnx"  # the CPU variant of CAPSNET_ONNX (training/quantize.py), where it ships
 MODEL_CARD = "capsnet.json"
 
+# --- what a model folder says about serving it (its card's "serving" section, training/export.py) ----
+SERVING = "serving"
+# How a picture becomes the model's input (app/imaging.py): `digit` finds one digit and fits its ink box
+# as LeCun's MNIST did; `digit-pair` two overlapping digits, their union's ink box fitted as the
+# MultiMNIST training pairs' was; `garment` one object on a plain background, cropped and fitted into
+# the frame as Fashion-MNIST's product photos were, its grey levels kept.
+PREPROCESSING = ("digit", "digit-pair", "garment")
+
 
 class ShippedModel(NamedTuple):
     """One trained model in the repository: where its three files live and what it reads."""

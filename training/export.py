@@ -4,6 +4,7 @@ $ python -m training.export                                   # runs/mnist/best.
 $ python -m training.export --checkpoint runs/fashion-mnist/best.pt   # -> model/fashion-mnist/
 $ python -m training.export --checkpoint runs/x/best.pt --out-dir /tmp/m --no-evaluate
 $ python -m training.export --reexport model/multimnist          # the same weights through this code
+$ python -m training.export --describe model/multimnist          # (re)write the card's serving section
 
 Both graphs have a dynamic batch axis and the names of model/contract.py. Like timm's onnx_export,
 the export checks itself: ONNX Runtime must match PyTorch on real test images at batch sizes 1, 7 and
@@ -32,6 +33,17 @@ from training.evaluate import evaluate_onnx, load_checkpoint
 OPSET = 18
 PARITY_BATCHES = (1, 7, 64)
 PARITY_TOL = 1e-4
+# What each dataset's model reads (the card's serving section): task, preprocessing, the ink box's longer
+# side (px) in the model's input, objects per image. MultiMNIST's 23: the median longer side of the union of
+# the two digits' ink over training-like pairs (two 20 px MNIST digits, each shifted by up to 4 px);
+# Fashion-MNIST's products fill the 28 px frame (their longest edge resized to 28).
+SERVED = {
+    "mnist": ("one handwritten digit", "digit", contract.INK_BOX, 1),
+    "fashion-mnist": ("one garment or accessory on a plain background (Fashion-MNIST's classes)", "garment", 28, 1),
+    "multimnist": ("two overlapping handwritten digits (section 6)", "digit-pair", 23, 2),
+    "affine": ("one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
+               "transformations (section 5.2)", "digit", contract.INK_BOX, 1),
+}
 
 
 class ExportedCapsNet(nn.Module):
@@ -205,6 +217,42 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "outputs": {k: list(shapes[k]) for k in contract.CAPSNET_OUTPUTS},
         "created": datetime.date.today().isoformat(),
     }
+    card[contract.SERVING] = serving_section(dataset, ckpt["config"], config.dataset)
+    return card
+
+
+def serving_section(dataset: str, model_config: dict, source: str) -> dict:
+    """What serving needs to know, so that a model folder describes itself (app/engine.py reads it and
+    checks it against the graph): input, preprocessing, class names, capsule grid and routing.
+
+    Args:
+        dataset: what the model reads (a key of SERVED: mnist, multimnist, ...).
+        model_config: the checkpoint's CapsNetConfig as a dict.
+        source: the IDX dataset its images come from (its class names).
+    """
+    task, kind, ink_box, objects = SERVED[dataset]
+    size, grid = model_config["image_size"], contract.primary_grid(model_config["image_size"])
+    return {
+        "task": task,
+        "input": {"size": size, "channels": 1, "pixels": "float32 in [0, 1], the object white on black"},
+        "preprocessing": {"kind": kind, "ink_box": ink_box},
+        "classes": list(data.CLASS_NAMES[source]),
+        "objects": objects,
+        "primary_capsules": {"types": model_config["primary_types"], "dim": model_config["primary_dim"],
+                             "grid": grid, "count": model_config["primary_types"] * grid * grid},
+        "class_capsules": {"count": model_config["num_classes"], "dim": model_config["caps_dim"]},
+        "routing": {"kind": model_config["routing"], "iterations": model_config["routing_iters"]},
+    }
+
+
+def describe(model_dir: Path) -> dict:
+    """Write the serving section into a model folder's card from its own fields (cards written before
+    cards carried it); nothing else in the card changes."""
+    model_dir = Path(model_dir)
+    card = json.loads((model_dir / contract.MODEL_CARD).read_text())
+    card[contract.SERVING] = serving_section(card["dataset"], card["model_config"], card["train_config"]["dataset"])
+    (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    print(f"{model_dir / contract.MODEL_CARD}: serving = {json.dumps(card[contract.SERVING])}")
     return card
 
 
@@ -320,7 +368,11 @@ def main(argv=None) -> dict:
                    help="also write a Triton model repository of the exported models (training/triton.py)")
     p.add_argument("--reexport", type=Path, default=None, metavar="MODEL_DIR",
                    help="export a model folder again from its own graphs' weights (after export code changes)")
+    p.add_argument("--describe", type=Path, default=None, metavar="MODEL_DIR",
+                   help="write the card's serving section (input, preprocessing, classes, grid) from its fields")
     args = p.parse_args(argv)
+    if args.describe:
+        return describe(args.describe)
     if args.reexport:
         return reexport(args.reexport, args.data_dir)
     return export_checkpoint(args.checkpoint, args.out_dir, args.data_dir, args.evaluate, args.triton)

@@ -1,8 +1,8 @@
 """The Open Inference Protocol (KServe v2, Triton's HTTP API) beside our own routes.
 
-Two models, named after the served model (its card's dataset, "mnist" for the shipped one): NAME is
-the CapsNet graph (image -> the contract's outputs) and NAME_decoder the decoder (masked capsules ->
-reconstruction), the same two graphs as the Triton repository of training/triton.py. Tensors are the
+Two models per served model NAME (GET /models: mnist, multimnist, ...): NAME is the CapsNet graph
+(image -> the contract's outputs) and NAME_decoder the decoder (masked capsules -> reconstruction), the
+same two graphs as the Triton repository of training/triton.py. Tensors are the
 raw graph tensors of model/contract.py, in and out; `outputs` selects which come back. Both share
 the engine and its dynamic batchers with /predict and /reconstruct.
 
@@ -24,8 +24,8 @@ from pydantic import BaseModel
 
 from app import VERSION
 from app.batcher import DeadlineError, QueueFullError
-from app.deps import EngineDep
-from app.engine import Engine
+from app.deps import EnginesDep
+from app.engine import Engine, Engines
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol (v2)"])
 
@@ -55,17 +55,17 @@ def error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": message}, status)
 
 
-def models(engine: Engine) -> dict:
-    """Model name -> its ONNX Runtime session."""
-    name = engine.card["dataset"]
-    return {name: engine.capsnet, f"{name}_decoder": engine.decoder}
+DECODER = "_decoder"
 
 
-def session_of(engine: Engine, name: str):
-    sessions = models(engine)
-    if name not in sessions:
-        raise ProtocolError(f"unknown model {name!r}; this server has {', '.join(sessions)}", 404)
-    return sessions[name]
+def session_of(engines: Engines, name: str) -> tuple[Engine, object]:
+    """The engine and ONNX Runtime session a protocol model name stands for (NAME or NAME_decoder)."""
+    base = name.removesuffix(DECODER)
+    if base not in engines.names:
+        known = ", ".join(f"{n}, {n}{DECODER}" for n in engines.names)
+        raise ProtocolError(f"unknown model {name!r}; this server has {known}", 404)
+    engine = engines[base]
+    return engine, (engine.decoder if name.endswith(DECODER) else engine.capsnet)
 
 
 def tensor_metadata(node) -> dict:
@@ -83,8 +83,8 @@ async def live() -> dict:
 
 
 @router.get("/health/ready", summary="Every model is loaded and warmed up", responses=documented(503))
-async def server_ready(engine: EngineDep):
-    return {"ready": True} if engine.ready else error(f"not ready: {engine.state}", 503)
+async def server_ready(engines: EnginesDep):
+    return {"ready": True} if engines.ready else error(f"not ready: {engines.state}", 503)
 
 
 @router.get("", summary="Server metadata")
@@ -94,9 +94,9 @@ async def server_metadata() -> dict:
 
 @router.get("/models/{name}", summary="A model's inputs and outputs", responses=documented(404))
 @router.get("/models/{name}/versions/{version}", include_in_schema=False)
-async def model_metadata(name: str, engine: EngineDep, version: str | None = None):
+async def model_metadata(name: str, engines: EnginesDep, version: str | None = None):
     try:
-        session = session_of(engine, name)
+        engine, session = session_of(engines, name)
         check_version(engine, version)
         return {"name": name, "versions": [engine.version], "platform": "onnxruntime_onnx",
                 "inputs": [tensor_metadata(i) for i in session.get_inputs()],
@@ -107,9 +107,9 @@ async def model_metadata(name: str, engine: EngineDep, version: str | None = Non
 
 @router.get("/models/{name}/ready", summary="The model is ready", responses=documented(404, 503))
 @router.get("/models/{name}/versions/{version}/ready", include_in_schema=False)
-async def model_ready(name: str, engine: EngineDep, version: str | None = None):
+async def model_ready(name: str, engines: EnginesDep, version: str | None = None):
     try:
-        session_of(engine, name)
+        engine, _ = session_of(engines, name)
         check_version(engine, version)
     except ProtocolError as exc:
         return error(str(exc), exc.status)
@@ -220,9 +220,9 @@ def answer(name: str, version: str, body: dict, results: dict, wanted: list[tupl
 
 @router.post("/models/{name}/infer", summary="Run a model on raw tensors", responses=documented(400, 404, 503, 504))
 @router.post("/models/{name}/versions/{version}/infer", include_in_schema=False)
-async def infer(name: str, request: Request, engine: EngineDep, version: str | None = None):
+async def infer(name: str, request: Request, engines: EnginesDep, version: str | None = None):
     try:
-        session = session_of(engine, name)
+        engine, session = session_of(engines, name)
         check_version(engine, version)
         if not engine.ready:
             raise ProtocolError(f"not ready: {engine.state}", 503)

@@ -11,7 +11,7 @@ from starlette.datastructures import UploadFile
 
 from app import imaging
 from app.deps import EngineDep, SettingsDep
-from app.engine import Engine, Outputs, routing_maps
+from app.engine import Engine, Outputs
 from app.schemas import INCLUDE_OPTIONS, ErrorMessage, PredictRequest, PredictResponse, Preprocess
 from model import contract
 
@@ -21,12 +21,14 @@ REQUEST_BODY = {"requestBody": {"required": True, "content": {
     "multipart/form-data": {"schema": {
         "type": "object", "required": ["file"],
         "properties": {"file": {"type": "string", "format": "binary",
-                                "description": "a PNG, JPEG, BMP, GIF or WebP image of one digit"}}}},
+                                "description": "a PNG, JPEG, BMP, GIF or WebP image: a digit, two "
+                                               "overlapping digits or a garment, as the model reads"}}}},
     "application/json": {"schema": PredictRequest.model_json_schema()},
 }}}
 ERRORS = {status: {"model": ErrorMessage, "description": text} for status, text in {
-    400: "malformed multipart body", 413: "body or image too large", 415: "neither multipart nor JSON", 422: "not a usable image, bad option",
-    503: "too many requests waiting"}.items()}
+    400: "malformed multipart body", 404: "no such model", 413: "body or image too large",
+    415: "neither multipart nor JSON", 422: "not a usable image, bad option",
+    503: "the model is not ready, or too many requests are waiting"}.items()}
 
 
 def parse_include(include: str | None) -> set[str]:
@@ -62,18 +64,21 @@ async def read_image_bytes(request: Request) -> bytes:
                              f"{{\"image\": \"<base64>\"}}, not {media_type or 'a body without Content-Type'}")
 
 
-INLINE_BYTES = 16 * 1024  # a 28x28 image this small, taken as it is: well under a millisecond, less than a thread hop
+INLINE_BYTES = 16 * 1024  # a small image taken as it is: well under a millisecond, less than a thread hop
 
 
-async def load_input(data: bytes, preprocess: str, max_pixels: int) -> imaging.Prepared:
-    """Bytes -> the (28, 28) model input and its warnings, off the event loop: finding the digit
-    (preprocess=mnist) takes milliseconds even for a small image. Only a small image taken as it is
-    (preprocess=none, a 28x28 file by its header) is read inline."""
+async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: int) -> imaging.Prepared:
+    """Bytes -> the model's (size, size) input and its warnings, off the event loop: finding the object
+    takes milliseconds even for a small image. Only a small image taken as it is (preprocess=none, the
+    model's size by its header) is read inline."""
+    how = engine.spec.preprocessing
+    kind = "none" if preprocess == "none" else how.kind
+
     def work() -> imaging.Prepared:
-        return imaging.preprocess(imaging.decode(data, max_pixels), preprocess)
+        return imaging.preprocess(imaging.decode(data, max_pixels), kind, engine.size, how.ink_box)
 
-    as_is = (contract.IMAGE_SIZE, contract.IMAGE_SIZE)
-    if preprocess == "none" and len(data) <= INLINE_BYTES and imaging.open_image(data, max_pixels).size == as_is:
+    as_is = (engine.size, engine.size)
+    if kind == "none" and len(data) <= INLINE_BYTES and imaging.open_image(data, max_pixels).size == as_is:
         return work()
     return await run_in_threadpool(work)
 
@@ -83,35 +88,61 @@ async def load_input(data: bytes, preprocess: str, max_pixels: int) -> imaging.P
 UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
 
 
-def doubts(lengths: np.ndarray, first: int, second: int) -> list[str]:
-    """Sentences for an answer the model is unsure of, read from the capsule lengths (10,) and the
-    longest two of them."""
+def doubts(lengths: np.ndarray, order: np.ndarray, classes: list[str], objects: int = 1) -> list[str]:
+    """Sentences for an answer the model is unsure of, read from the capsule lengths, their order
+    (longest first) and how many objects an image holds (the longest `objects` capsules name them)."""
     notes = []
-    if lengths[first] < contract.M_MINUS:
-        notes.append(f"no digit capsule is long: the longest ({first}) is {lengths[first]:.2f}, below "
-                     f"m- = {contract.M_MINUS}; the image may not show a digit")
-    if lengths[second] >= UNDECIDED_LENGTH:
-        notes.append(f"the runner-up {second} is also long ({lengths[second]:.2f} against {lengths[first]:.2f}); "
-                     "the digit is ambiguous")
+    last, next_ = int(order[objects - 1]), int(order[objects])
+    if lengths[last] < contract.M_MINUS:
+        which = "no class capsule is long: the longest" if objects == 1 else f"capsule {objects} of {objects} expected"
+        notes.append(f"{which} ({classes[last]}) is {lengths[last]:.2f}, below m- = {contract.M_MINUS}; the image "
+                     f"may not show {'what the model reads' if objects == 1 else f'{objects} objects'}")
+    if lengths[next_] >= UNDECIDED_LENGTH:
+        notes.append(f"the runner-up {classes[next_]} is also long ({lengths[next_]:.2f} against "
+                     f"{lengths[last]:.2f}); the answer is ambiguous")
     return notes
 
 
-def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engine: Engine) -> bytes:
-    """The PredictResponse JSON, straight from the arrays (orjson writes float32 as float32)."""
-    lengths = outputs[contract.LENGTHS]
-    first, second = (int(j) for j in np.argsort(-lengths, kind="stable")[:2])  # first: argmax's
-    body: dict = {"prediction": first, "probabilities": lengths,
-                  "runner_up": {"digit": second, "length": lengths[second]},  # float32, as the lengths
-                  "warnings": prepared.warnings + doubts(lengths, first, second)}
+def image_field(x: np.ndarray) -> dict:
+    return {"image": x, "png": imaging.png_data_url(x)}
+
+
+def ranked(lengths: np.ndarray) -> np.ndarray:
+    """Class indices, longest capsule first (ties: the lower index, as argmax)."""
+    return np.argsort(-lengths, kind="stable")
+
+
+async def draw_objects(outputs: Outputs, engine: Engine) -> np.ndarray:
+    """Each object of a several-object model (MultiMNIST) drawn from its own capsule, longest first:
+    (objects, size, size), one decoder batch (section 6: each digit reconstructed alone)."""
+    named = ranked(outputs[contract.LENGTHS])[:engine.spec.objects]
+    return await engine.reconstruct(named, outputs[contract.CAPSULES][named])
+
+
+def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engine: Engine,
+           drawings: np.ndarray | None = None) -> bytes:
+    """The PredictResponse JSON, straight from the arrays (orjson writes float32 as float32). A model
+    whose images hold several objects also gets them, with their drawings (draw_objects) and overlay."""
+    lengths, classes, objects = outputs[contract.LENGTHS], engine.spec.classes, engine.spec.objects
+    order = ranked(lengths)
+    first, second = int(order[0]), int(order[objects])
+    body: dict = {"prediction": first, "label": classes[first], "probabilities": lengths,
+                  "runner_up": {"digit": second, "label": classes[second], "length": lengths[second]},
+                  "warnings": prepared.warnings + doubts(lengths, order, classes, objects)}
+    if objects > 1:
+        body["objects"] = [{"digit": int(j), "label": classes[j], "length": lengths[j]} for j in order[:objects]]
+        if drawings is not None:
+            for item, drawing in zip(body["objects"], drawings):
+                item["reconstruction"] = image_field(drawing)
+            body["overlay"] = imaging.png_data_url(imaging.overlay(prepared.image, drawings))
     if "capsules" in include:
         body["capsules"] = outputs[contract.CAPSULES]
     if "reconstruction" in include:
-        reconstruction = outputs[contract.RECONSTRUCTION]
-        body["reconstruction"] = {"image": reconstruction, "png": imaging.png_data_url(reconstruction)}
+        body["reconstruction"] = image_field(outputs[contract.RECONSTRUCTION])
     if "routing" in include:
         routing = outputs[contract.ROUTING]
         body["routing"] = {"coefficients": routing,
-                           "maps": routing_maps(routing, outputs.get(contract.VOTE_LENGTHS)),
+                           "maps": engine.routing_maps(routing, outputs.get(contract.VOTE_LENGTHS)),
                            "weighting": engine.routing_weighting}
     body["input"] = imaging.png_data_url(prepared.image)
     body["model"] = {"name": engine.name, "version": engine.version, "provider": engine.providers[0],
@@ -120,21 +151,25 @@ def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engi
 
 
 @router.post("/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=REQUEST_BODY,
-             summary="Classify one handwritten digit")
+             summary="Classify one image: a digit, two overlapping digits or a garment (?model=)")
 async def predict(
     request: Request, engine: EngineDep, settings: SettingsDep,
     include: Annotated[str | None, Query(
         description="comma list of capsules, reconstruction, routing to return (default: all; empty: none)",
         examples=["capsules,reconstruction,routing"])] = None,
     preprocess: Annotated[Preprocess, Query(
-        description="mnist: find the paper and the ink (photos, scans, canvases), keep the digit's parts, "
-                    "bring its stroke into MNIST's range, fit 20x20, centre of mass at the centre of 28x28; "
-                    "none: the image is already 28x28, white on black")] = "mnist",
+        description="auto (mnist is its earlier name): the model's own preprocessing (GET /models). digit: find "
+                    "the paper and the ink (photos, scans, canvases), keep the digit's parts, bring its stroke "
+                    "into MNIST's range, fit its ink box, centre of mass at the centre; digit-pair: the same for "
+                    "two overlapping digits; garment: trim the background, fit the frame, negate. none: the image "
+                    "is already the model's input (28x28 or its size), white on black")] = "auto",
 ) -> Response:
-    """Post a digit as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
+    """Post an image as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
     `{"image": "<base64 or data URL>"}`. Concurrent requests share one batch on the model."""
     parts = parse_include(include)
     data = await read_image_bytes(request)
-    prepared = await load_input(data, preprocess, settings.max_pixels)
+    prepared = await load_input(data, preprocess, engine, settings.max_pixels)
     outputs = await engine.predict(prepared.image)
-    return Response(render(outputs, prepared, parts, engine), media_type="application/json")  # < 1 ms: inline
+    several = engine.spec.objects > 1 and "reconstruction" in parts
+    drawings = await draw_objects(outputs, engine) if several else None
+    return Response(render(outputs, prepared, parts, engine, drawings), media_type="application/json")  # < 1 ms

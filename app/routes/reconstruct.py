@@ -1,4 +1,5 @@
-"""POST /reconstruct: digit capsules in, the decoder's drawings out (the paper's Fig. 4 perturbations)."""
+"""POST /reconstruct: class capsules in, the decoder's drawings out (the paper's Fig. 4 perturbations);
+?model=NAME picks whose decoder (the default model without it)."""
 import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Response
@@ -16,12 +17,16 @@ def render(images: np.ndarray) -> bytes:
     return orjson.dumps({"items": items}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-@router.post("/reconstruct", response_model=ReconstructResponse, summary="Draw digit capsules with the decoder",
+@router.post("/reconstruct", response_model=ReconstructResponse, summary="Draw class capsules with a model's decoder",
              responses={400: {"model": ErrorMessage, "description": "the body is not UTF-8 text"},
-                        422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"}})
+                        404: {"model": ErrorMessage, "description": "no such model"},
+                        422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"},
+                        503: {"model": ErrorMessage, "description": "the model is not ready, or too many "
+                                                                    "requests are waiting"}})
 async def reconstruct(body: ReconstructRequest, engine: EngineDep, settings: SettingsDep) -> Response:
     """`{"digit": 3, "capsule": [16 numbers]}` or `{"items": [...]}` (at most max_reconstruct_batch, 256 by
-    default). The decoder sees the 10 digit capsules with all but `digit` set to zero (section 4.1)."""
+    default). The decoder sees the 10 class capsules with all but `digit` (the class index) set to zero
+    (section 4.1); the drawings have the model's input size (28x28, MultiMNIST's 36x36)."""
     items = body.as_items()
     if len(items) > settings.max_reconstruct_batch:
         raise HTTPException(422, f"items holds {len(items)} capsules; the limit is {settings.max_reconstruct_batch} "

@@ -13,12 +13,12 @@ from model import contract
 
 @pytest.fixture(scope="session")
 def settings() -> Settings:
-    return Settings(model_dir=contract.MODEL_DIR, providers=["CPUExecutionProvider"], intra_op_threads=1)
+    return Settings(providers=["CPUExecutionProvider"], intra_op_threads=1)  # every shipped model
 
 
 @pytest.fixture(scope="session")
 def model_card(settings) -> dict:
-    return json.loads((settings.model_dir / contract.MODEL_CARD).read_text())
+    return json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +38,14 @@ def client(app):
 
 
 @pytest.fixture(scope="session")
-def engine(client, app):
-    return app.state.engine
+def engines(client, app):
+    return app.state.engines
+
+
+@pytest.fixture(scope="session")
+def engine(engines):
+    """The default model's engine (mnist)."""
+    return engines[engines.default]
 
 
 @pytest.fixture(scope="session")

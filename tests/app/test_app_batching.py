@@ -122,7 +122,7 @@ def batch_counts(client) -> tuple[float, float]:
     """(batches run, batches of more than one image) of the capsnet model, from GET /metrics."""
     samples = {(s.name, s.labels.get("le")): s.value
                for family in text_string_to_metric_families(client.get("/metrics").text)
-               for s in family.samples if s.labels.get("model") == "capsnet"}
+               for s in family.samples if s.labels.get("model") == "mnist"}
     total = samples[("capsnet_batch_size_count", None)]
     return total, total - samples[("capsnet_batch_size_bucket", "1.0")]
 
@@ -157,7 +157,7 @@ def test_metrics_expose_inference_time_and_http(client):
 def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits, monkeypatch):
     """Through the real app: one request running (held in the model), one waiting, the next is refused
     with 503, Retry-After and a sentence; the held ones then get their answers."""
-    batcher = app.state.engine._capsnet_batcher
+    batcher = app.state.engines['mnist']._capsnet_batcher
     running, release, run = threading.Event(), threading.Event(), batcher.run_batch
 
     def held(x):
@@ -194,7 +194,7 @@ def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits
 def test_a_request_past_its_deadline_answers_504_over_http(app, client, digits, monkeypatch):
     """A request that waits for the model longer than request_deadline_s gets 504 and a sentence, and
     a request still queued then is dropped, not run."""
-    batcher = app.state.engine._capsnet_batcher
+    batcher = app.state.engines['mnist']._capsnet_batcher
     running, release, run, ran = threading.Event(), threading.Event(), batcher.run_batch, []
 
     def held(x):

@@ -114,6 +114,18 @@ CASES = [
                % ", ".join(["NaN"] * 784)), {}),
     ("v2 infer wrong rank", "POST", "/v2/models/mnist/infer",
      {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [784], "data": [0] * 784}]}}, {}),
+    ("v2 infer 28x28 into the 36x36 model", "POST", "/v2/models/multimnist/infer",
+     {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": [0] * 784}]}}, {}),
+    # ?model=: several models in one process
+    ("predict on no model", "POST", "/predict", upload(PNG), {"model": "imagenet"}),
+    ("predict on a path as model", "POST", "/predict", upload(PNG), {"model": "../model"}),
+    ("predict on a huge model name", "POST", "/predict", upload(PNG), {"model": "m" * 10_000}),
+    ("a 28x28 digit taken as is by the 36x36 model", "POST", "/predict", upload(PNG),
+     {"model": "multimnist", "preprocess": "none"}),
+    ("a blank canvas to the two-digit model", "POST", "/predict", upload(bigger()), {"model": "multimnist"}),
+    ("a blank canvas to the garment model", "POST", "/predict", upload(bigger()), {"model": "fashion-mnist"}),
+    ("reconstruct on no model", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE}}, {"model": "x"}),
+    ("model card of no model", "GET", "/model", {}, {"model": "nope"}),
 ]
 
 

@@ -19,7 +19,7 @@ def seven(mnist_fixture) -> np.ndarray:
     return mnist_fixture[0][0].astype(np.float32) / 255
 
 
-def load(data: bytes, mode: str = "mnist") -> np.ndarray:
+def load(data: bytes, mode: str = "digit") -> np.ndarray:
     return imaging.preprocess(imaging.decode(data, MAX_PIXELS), mode).image
 
 
@@ -194,8 +194,8 @@ def test_specks_far_from_the_digit_are_dropped(seven):
     dusty = ink.copy()
     for y, x in [(10, 10), (380, 30), (20, 370), (390, 390)]:
         dusty[y:y + 4, x:x + 4] = 1.0
-    clean = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "mnist")
-    speckled = imaging.preprocess(imaging.decode(png_bytes(np.round(dusty * 255).astype(np.uint8)), MAX_PIXELS), "mnist")
+    clean = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
+    speckled = imaging.preprocess(imaging.decode(png_bytes(np.round(dusty * 255).astype(np.uint8)), MAX_PIXELS), "digit")
     np.testing.assert_allclose(speckled.image, clean.image, atol=1e-6)
     assert speckled.warnings == clean.warnings == []
 
@@ -203,13 +203,13 @@ def test_specks_far_from_the_digit_are_dropped(seven):
 def test_a_second_shape_is_left_out_with_a_warning(seven):
     ink = drawn_in_corner(seven, canvas=600, height=150, at=(200, 40))
     ink[200:350, 500:520] = 1.0  # a bar far to the right, as heavy as a stroke of the digit
-    out = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "mnist")
+    out = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
     assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.9
     assert any("other shape" in w for w in out.warnings)
 
 
 def test_low_contrast_is_warned(seven):
-    out = imaging.preprocess(imaging.decode(photographed(drawn_in_corner(seven), contrast=0.15), MAX_PIXELS), "mnist")
+    out = imaging.preprocess(imaging.decode(photographed(drawn_in_corner(seven), contrast=0.15), MAX_PIXELS), "digit")
     assert any("low contrast" in w for w in out.warnings)
     assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.8
 

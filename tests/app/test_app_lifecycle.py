@@ -9,24 +9,34 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from app import engine as engine_module
-from app.deps import get_engine
-from app.engine import Engine
+from app.deps import get_engines
+from app.engine import Engine, Engines
 from app.main import create_app
 from app.settings import Settings
 from model import contract
 
 
-def test_ready_is_503_before_warm_up(settings):
-    engine = Engine(settings)  # sessions loaded, not warmed up
+def mnist_engine(settings: Settings) -> Engine:
+    return Engine("mnist", contract.MODEL_DIR, settings)
+
+
+def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_fixture):
+    """/ready waits for every configured model; /models and ?model= say each one's readiness."""
+    engines = Engines(settings.model_copy(update={"models": ["mnist", "multimnist"]}))  # loaded, not warmed up
     app = create_app(settings)
-    app.dependency_overrides[get_engine] = lambda: engine
-    client = TestClient(app)  # no lifespan: the override is the engine
+    app.dependency_overrides[get_engines] = lambda: engines
+    client = TestClient(app)  # no lifespan: the override is the engines
     r = client.get("/ready")
-    assert r.status_code == 503 and "not ready" in r.json()["detail"]
+    assert r.status_code == 503 and "mnist: loaded, not warmed up" in r.json()["detail"]
     assert client.get("/health").status_code == 200
-    engine.warm_up()
+    engines["mnist"].warm_up()
+    r = client.get("/ready")
+    assert r.status_code == 503 and r.json()["detail"] == "not ready: multimnist: loaded, not warmed up"
+    assert {m["name"]: m["ready"] for m in client.get("/models").json()["models"]} == {"mnist": True, "multimnist": False}
+    assert client.get("/model", params={"model": "multimnist"}).status_code == 503
+    engines["multimnist"].warm_up()
     assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
-                                           "precision": engine.precision}
+                                           "precision": engines["mnist"].precision, "models": ["mnist", "multimnist"]}
 
 
 @pytest.mark.parametrize("explicit", [True, False])
@@ -36,9 +46,9 @@ def test_cuda_without_a_usable_device_is_left_out_with_one_line(settings, monkey
     monkeypatch.setattr(engine_module, "cuda_devices", lambda: 0)
     asked = settings.model_copy(update={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]})
     if not explicit:
-        asked = Settings(model_dir=settings.model_dir, intra_op_threads=1)  # the default providers
+        asked = Settings(models=["mnist"], intra_op_threads=1)  # the default providers
     with caplog.at_level("INFO", logger="app.engine"):
-        engine = Engine(asked)
+        engine = mnist_engine(asked)
     assert engine.providers == ["CPUExecutionProvider"]
     about_cuda = [r for r in caplog.records if "CUDA" in r.getMessage()]
     assert len(about_cuda) == 1 and "no usable CUDA device" in about_cuda[0].getMessage()
@@ -50,8 +60,8 @@ def test_start_up_without_a_gpu_prints_no_error_line():
     """onnxruntime's CUDA loader used to print about ten red ERROR lines before falling back."""
     if engine_module.cuda_devices():
         pytest.skip("this host has a CUDA device")
-    code = ("import logging; logging.basicConfig(level='INFO'); from app.engine import Engine; "
-            "from app.settings import Settings; Engine(Settings(intra_op_threads=1))")
+    code = ("import logging; logging.basicConfig(level='INFO'); from app.engine import Engines; "
+            "from app.settings import Settings; Engines(Settings(intra_op_threads=1))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=contract.MODEL_DIR.parent)
     output = proc.stdout + proc.stderr
@@ -72,15 +82,24 @@ def test_env_settings(monkeypatch):
     monkeypatch.setenv("CAPSNET_MAX_BATCH", "8")
     s = Settings()
     assert s.providers == ["CPUExecutionProvider"] and s.cors_origins == ["http://localhost:7860"]
-    assert s.max_batch == 8 and s.model_dir == contract.MODEL_DIR
+    assert s.max_batch == 8 and s.default_model == "mnist"
+    assert s.model_dirs == {name: shipped.directory for name, shipped in contract.SHIPPED.items()}  # all, by default
+    monkeypatch.setenv("CAPSNET_MODELS", f"multimnist, mine={contract.MODEL_DIR}")
+    s = Settings()
+    assert s.model_dirs == {"multimnist": contract.SHIPPED["multimnist"].directory, "mine": contract.MODEL_DIR}
+    assert s.default_model == "multimnist"  # mnist is not served: the first one
 
 
-@pytest.mark.parametrize("bad", [
-    {"providers": ["CUDAExecutionProvidr"]}, {"providers": []}, {"max_batch": 0}, {"max_wait_ms": -1},
-    {"log_level": "loud"}, {"model_dir": "/nonexistent"}, {"port": 0},
+@pytest.mark.parametrize("bad, why", [
+    ({"providers": ["CUDAExecutionProvidr"]}, "unknown execution provider"), ({"providers": []}, "at least one"),
+    ({"max_batch": 0}, "greater than"), ({"max_wait_ms": -1}, "greater than"), ({"log_level": "loud"}, "log_level"),
+    ({"port": 0}, "greater than"), ({"models": ["mnist=/nonexistent"]}, "model mnist: /nonexistent has no"),
+    ({"models": ["nope"]}, "no shipped model is called 'nope'"), ({"models": []}, "at least one model"),
+    ({"models": ["mnist", "mnist"]}, "twice"), ({"models": ["mnist"], "default_model": "affine"}, "not among"),
+    ({"models": ["a/b=/tmp"]}, "must be letters"),
 ])
-def test_bad_settings_fail_loudly(bad):
-    with pytest.raises(ValidationError):
+def test_bad_settings_fail_loudly(bad, why):
+    with pytest.raises(ValidationError, match=why):
         Settings(**bad)
 
 
@@ -101,23 +120,31 @@ def test_app_never_imports_torch():
 
 @pytest.mark.parametrize("break_it, why", [
     ("garbage", "INVALID_PROTOBUF"),  # capsnet.onnx is not an ONNX file: loading fails
-    ("multimnist", "Expected: 36"),  # a 36x36 graph behind the 28x28 service: warm-up fails
+    ("graph", "capsnet's image is ['N', 1, 36, 36], the card says ['N', 1, 28, 28]"),  # a 36x36 graph, a 28x28 card
+    ("card", "has no `serving` section"),  # a card from before cards described their model
 ])
-def test_a_model_that_cannot_serve_ends_the_process_with_one_line(tmp_path, break_it, why):
-    """python -m app exits non-zero and says why in one line (it used to stay up, /ready 503 forever)."""
+def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_path, break_it, why):
+    """python -m app exits non-zero and names the broken model in one line (a process that is alive
+    but never ready is what an orchestrator cannot handle)."""
+    import json
     import shutil
-    source = contract.SHIPPED["multimnist"].directory if break_it == "multimnist" else contract.MODEL_DIR
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
-        shutil.copy(source / name, tmp_path / name)
+        shutil.copy(contract.MODEL_DIR / name, tmp_path / name)
     if break_it == "garbage":
         (tmp_path / contract.CAPSNET_ONNX).write_bytes(b"not a model")
-    env = {"CAPSNET_MODEL_DIR": str(tmp_path), "CAPSNET_PROVIDERS": "CPUExecutionProvider",
+    elif break_it == "graph":
+        shutil.copy(contract.SHIPPED["multimnist"].directory / contract.CAPSNET_ONNX, tmp_path / contract.CAPSNET_ONNX)
+    else:
+        card = json.loads((tmp_path / contract.MODEL_CARD).read_text())
+        del card[contract.SERVING]
+        (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
+    env = {"CAPSNET_MODELS": f"mnist,broken={tmp_path}", "CAPSNET_PROVIDERS": "CPUExecutionProvider",
            "CAPSNET_PORT": "1", "PATH": "/usr/bin:/bin"}  # never reached: it must stop before serving
     proc = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True, timeout=120,
                           cwd=contract.MODEL_DIR.parent, env=env)
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"cannot serve the model in {tmp_path}: ") and why in last, proc.stderr
+    assert last.startswith(f"cannot serve model broken ({tmp_path}): ") and why in last, proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -127,7 +154,7 @@ def test_precision_picks_the_graph_that_answers(settings, mnist_fixture, setting
     import onnxruntime as ort
 
     from training.export import sha256
-    engine = Engine(settings.model_copy(update={"precision": setting}))
+    engine = mnist_engine(settings.model_copy(update={"precision": setting}))
     x = mnist_fixture[0][:8, None].astype(np.float32) / 255
     (want,) = ort.InferenceSession(str(contract.MODEL_DIR / graph), providers=["CPUExecutionProvider"]).run(
         [contract.LENGTHS], {contract.IMAGE: x})
@@ -148,5 +175,5 @@ def test_int8_without_its_graph_stops_start_up_with_a_sentence(tmp_path):
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
         (tmp_path / name).write_bytes((contract.MODEL_DIR / name).read_bytes())
     with pytest.raises(ValidationError, match="precision int8 needs .*python -m training.quantize"):
-        Settings(model_dir=tmp_path, precision="int8")
+        Settings(models=[f"mine={tmp_path}"], precision="int8")
 

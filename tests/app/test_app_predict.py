@@ -12,7 +12,8 @@ from app.imaging import from_base64
 from app_images import png_bytes
 from model import contract
 
-FULL = {"prediction", "probabilities", "runner_up", "warnings", "capsules", "reconstruction", "routing", "input", "model"}
+FULL = {"prediction", "label", "probabilities", "runner_up", "warnings", "capsules", "reconstruction", "routing", "input",
+        "model"}
 
 
 def post_png(client, image: np.ndarray, **params):
@@ -62,12 +63,13 @@ def test_outputs_keep_their_invariants(client, digits):
 def test_routing_maps_sum_coupling_times_vote_length():
     rng = np.random.default_rng(0)
     c, u = rng.random((1152, 10)), rng.random((1152, 10))
-    maps = routing_maps(c, u)
+    maps = routing_maps(c, u, types=32, grid=6)
     # capsule i = type*36 + row*6 + col (contract): map_j(row, col) = Σ_type c·|u_hat|
     row, col, j = 2, 4, 7
     expected = sum(c[t * 36 + row * 6 + col, j] * u[t * 36 + row * 6 + col, j] for t in range(32))
     assert maps.shape == (10, 6, 6) and maps[j, row, col] == pytest.approx(expected, rel=1e-5)
-    assert routing_maps(c)[j, row, col] == pytest.approx(c[row * 6 + col::36, j].mean(), rel=1e-5)
+    assert routing_maps(c, None, 32, 6)[j, row, col] == pytest.approx(c[row * 6 + col::36, j].mean(), rel=1e-5)
+    assert routing_maps(rng.random((3200, 10)), None, 32, 10).shape == (10, 10, 10)  # MultiMNIST's 10x10 grid
 
 
 def test_preprocess_none_equals_the_bare_session(client, engine, digits):
@@ -86,7 +88,7 @@ def test_preprocess_none_equals_the_bare_session(client, engine, digits):
 ])
 def test_include_trims_the_response(client, digits, include, expected):
     body = post_png(client, digits[0][1], include=include).json()
-    assert set(body) == {"prediction", "probabilities", "runner_up", "warnings", "input", "model"} | expected
+    assert set(body) == {"prediction", "label", "probabilities", "runner_up", "warnings", "input", "model"} | expected
 
 
 def test_json_and_multipart_agree(client, digits):
@@ -128,7 +130,8 @@ def test_reconstruct_batch_of_the_fig4_grid(client):
 def test_health_ready_model(client, engine):
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
-                                           "precision": engine.precision}
+                                           "precision": engine.precision,
+                                           "models": ["mnist", "fashion-mnist", "multimnist", "affine"]}
     card = client.get("/model").json()
     assert card["providers"] == ["CPUExecutionProvider"] == engine.capsnet.get_providers()
     assert card["version"] == engine.version and card["batching"]["max_batch"] == 64
@@ -141,15 +144,17 @@ def test_request_id_header(client):
 
 
 def test_doubts_are_read_from_the_lengths():
-    def doubts_of(lengths: list[float]) -> list[str]:
-        first, second = np.argsort(lengths)[::-1][:2]
-        return doubts(np.array(lengths), int(first), int(second))
+    def doubts_of(lengths: list[float], objects: int = 1) -> list[str]:
+        return doubts(np.array(lengths), np.argsort(lengths)[::-1], [str(d) for d in range(10)], objects)
 
     assert doubts_of([0.02] * 9 + [0.95]) == []
     short = doubts_of([0.05] * 9 + [0.08])
     assert len(short) == 1 and "below m- = 0.1" in short[0]
     close = doubts_of([0.01] * 8 + [0.6, 0.7])
     assert len(close) == 1 and "runner-up 8" in close[0]
+    assert doubts_of([0.01] * 8 + [0.6, 0.7], objects=2) == []  # two digits: both are named, no doubt
+    one = doubts_of([0.01] * 8 + [0.05, 0.9], objects=2)
+    assert len(one) == 1 and "capsule 2 of 2" in one[0] and "2 objects" in one[0]
 
 
 def test_unusual_input_comes_with_warnings(client, digits):

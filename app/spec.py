@@ -1,0 +1,82 @@
+"""What a model folder says about serving it: its card's `serving` section (training/export.py writes it).
+
+The engine reads every size it needs from here, never from module constants, and checks it against the
+ONNX graphs' own inputs and outputs (Engine._check_contract); app/imaging.py takes the preprocessing.
+A card without the section, or with one that does not parse, stops start-up with a sentence naming
+the model folder.
+"""
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from model import contract
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Input(_Strict):
+    size: int = Field(ge=17, le=1024, description="side of the square input image, px (17: a 1x1 primary grid)")
+    channels: Literal[1]
+
+
+class Preprocessing(_Strict):
+    """How a picture becomes the model's input (app/imaging.py)."""
+    kind: Literal[contract.PREPROCESSING]  # type: ignore[valid-type]
+    ink_box: int = Field(ge=4, description="longer side (px) of the object's ink box in the model's input")
+
+
+class PrimaryCapsules(_Strict):
+    types: int = Field(ge=1)
+    dim: int = Field(ge=1)
+    grid: int = Field(ge=1)
+    count: int = Field(ge=1)
+
+
+class ClassCapsules(_Strict):
+    count: int = Field(ge=2)
+    dim: int = Field(ge=1)
+
+
+class Routing(_Strict):
+    kind: str
+    iterations: int = Field(ge=0)
+
+
+class Serving(_Strict):
+    """The card's serving section: what the model reads and what its capsules are."""
+    task: str
+    input: Input
+    preprocessing: Preprocessing
+    classes: list[str]
+    objects: int = Field(ge=1, description="objects in one image: the longest capsules that name them")
+    primary_capsules: PrimaryCapsules
+    class_capsules: ClassCapsules
+    routing: Routing
+
+    @property
+    def size(self) -> int:
+        return self.input.size
+
+
+def read_serving(card: dict, where: str) -> Serving:
+    """The card's serving section, checked; a ValueError that names `where` if it is missing or wrong."""
+    section = card.get(contract.SERVING)
+    if section is None:
+        raise ValueError(f"the card in {where} has no `{contract.SERVING}` section (input size, preprocessing, "
+                         "classes); write it with `python -m training.export --describe DIR`")
+    try:
+        serving = Serving.model_validate(section)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"the card in {where} has a bad `{contract.SERVING}` section: {problems}") from None
+    p = serving.primary_capsules
+    if len(serving.classes) != serving.class_capsules.count or serving.objects > serving.class_capsules.count:
+        raise ValueError(f"the card in {where} names {len(serving.classes)} classes for "
+                         f"{serving.class_capsules.count} class capsules and {serving.objects} objects")
+    if p.count != p.types * p.grid * p.grid or p.grid != contract.primary_grid(serving.size):
+        raise ValueError(f"the card in {where} says {p.types} primary types on a {p.grid}x{p.grid} grid "
+                         f"({p.count} capsules) for a {serving.size}x{serving.size} input; the network leaves a "
+                         f"{contract.primary_grid(serving.size)}x{contract.primary_grid(serving.size)} grid")
+    return serving
