@@ -282,7 +282,7 @@ def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: P
     (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     if triton:
         from training.triton import write_repository
-        print("Triton model repository:", *write_repository(triton, out_dir))
+        print("Triton model repository:", *write_repository(triton, {card["dataset"]: out_dir}))
     return card
 
 

@@ -1,22 +1,27 @@
-"""Write a Triton Inference Server model repository for the exported CapsNet, to serve it on a fleet.
+"""Write a Triton Inference Server model repository of every shipped CapsNet, to serve them on a fleet.
 
-$ python -m training.triton triton_repo                  # from the shipped model/*.onnx
-$ python -m training.export --triton triton_repo         # export, then the same
+$ python -m training.triton triton_repo                          # every shipped model (contract.SHIPPED)
+$ python -m training.triton triton_repo --model mine=runs/export # one folder, named mine
+$ python -m training.export --triton triton_repo                 # export, then the exported model
 $ docker run --gpus=1 -p8000:8000 -v $PWD/triton_repo:/models nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \
       tritonserver --model-repository=/models
 
     triton_repo/
-      capsnet/1/model.onnx            image -> lengths, capsules, routing, reconstruction, ...
-      capsnet/config.pbtxt
-      capsnet_decoder/1/model.onnx    capsules (masked) -> reconstruction
-      capsnet_decoder/config.pbtxt
+      mnist/1/model.onnx               image -> lengths, capsules, routing, reconstruction, ...
+      mnist/config.pbtxt
+      mnist_decoder/1/model.onnx       capsules (masked) -> reconstruction
+      mnist_decoder/config.pbtxt
+      fashion-mnist/ ... multimnist/ ... affine/ ... (and their _decoder)
 
-config.pbtxt is generated from the ONNX graph's own inputs and outputs (names, element types,
-shapes), read with the `onnx` package, and checked against model/contract.py: every contract name
-must be in the graph with the contract's shape, and the batch axis must be dynamic, since Triton's
-dynamic batching (the same idea as the app's batcher) stacks requests along it. No torch needed.
+The names are the app's: GET /models and its Open Inference Protocol routes (/v2/models/NAME and
+NAME_decoder), so a client moves between the two servers unchanged. config.pbtxt is generated from
+the ONNX graph's own inputs and outputs (names, element types, shapes), read with the `onnx` package,
+and checked against model/contract.py at the input size of the model's card: every contract name must
+be in the graph with the contract's shape, and the batch axis must be dynamic, since Triton's dynamic
+batching (the same idea as the app's batcher) stacks requests along it. No torch needed.
 """
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -28,11 +33,7 @@ from model import contract
 
 MAX_BATCH = 64  # the app's default CAPSNET_MAX_BATCH
 MAX_QUEUE_DELAY_US = 2000  # the app's default CAPSNET_MAX_WAIT_MS = 2
-MODELS = {  # Triton model name -> (ONNX file, contract inputs, contract outputs, contract shapes)
-    "capsnet": (contract.CAPSNET_ONNX, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, contract.CAPSNET_SHAPES),
-    "capsnet_decoder": (contract.DECODER_ONNX, contract.DECODER_INPUTS, contract.DECODER_OUTPUTS,
-                        contract.DECODER_SHAPES),
-}
+DECODER = "_decoder"  # NAME_decoder beside NAME, as the app's Open Inference Protocol names them
 TRITON_TYPES = {
     TensorProto.FLOAT: "TYPE_FP32", TensorProto.FLOAT16: "TYPE_FP16", TensorProto.BFLOAT16: "TYPE_BF16",
     TensorProto.DOUBLE: "TYPE_FP64", TensorProto.INT8: "TYPE_INT8", TensorProto.INT16: "TYPE_INT16",
@@ -104,46 +105,74 @@ def _external_data(path: Path) -> list[Path]:
     return [path.parent / f for f in sorted(files)]
 
 
-def write_repository(repo: Path, model_dir: Path = contract.MODEL_DIR, max_batch: int = MAX_BATCH,
+def graphs(model_dir: Path) -> dict[str, tuple]:
+    """The two graphs of a model folder: suffix -> (ONNX file, contract inputs, contract outputs, shapes),
+    the shapes at the input size its card names."""
+    card = json.loads((Path(model_dir) / contract.MODEL_CARD).read_text())
+    size = card[contract.SERVING]["input"]["size"] if contract.SERVING in card else card["model_config"]["image_size"]
+    shapes = contract.capsnet_shapes(size)
+    return {"": (contract.CAPSNET_ONNX, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, shapes),
+            DECODER: (contract.DECODER_ONNX, contract.DECODER_INPUTS, contract.DECODER_OUTPUTS,
+                      {k: shapes[k] for k in contract.DECODER_INPUTS + contract.DECODER_OUTPUTS})}
+
+
+def write_repository(repo: Path, models: dict[str, Path] | None = None, max_batch: int = MAX_BATCH,
                      max_queue_delay_us: int = MAX_QUEUE_DELAY_US) -> list[Path]:
-    """Copy each ONNX model of model_dir into repo/<name>/1/ and write repo/<name>/config.pbtxt.
+    """For each model folder, copy its two ONNX graphs into repo/NAME/1/ and repo/NAME_decoder/1/ and
+    write their config.pbtxt.
 
     Args:
         repo: the model repository folder (created; the models' folders in it are replaced).
-        model_dir: where capsnet.onnx and decoder.onnx are (the export's --out-dir).
+        models: name -> model folder (capsnet.onnx, decoder.onnx, capsnet.json); default: every shipped one.
         max_batch: Triton's max_batch_size; the ONNX batch axis allows up to 4096.
         max_queue_delay_us: how long Triton may hold a request to fill a batch.
     Returns:
         the config.pbtxt paths written.
     """
+    models = models or {name: shipped.directory for name, shipped in contract.SHIPPED.items()}
     written = []
-    for name, (filename, want_in, want_out, shapes) in MODELS.items():
-        source = Path(model_dir) / filename
-        inputs, outputs = graph_io(source)
-        check_contract(source, inputs, outputs, want_in, want_out, shapes)
-        folder = Path(repo) / name
-        shutil.rmtree(folder, ignore_errors=True)
-        (folder / "1").mkdir(parents=True)
-        shutil.copyfile(source, folder / "1" / "model.onnx")
-        for extra in _external_data(source):
-            shutil.copyfile(extra, folder / "1" / extra.name)
-        config = folder / "config.pbtxt"
-        config.write_text(model_config(name, inputs, outputs, max_batch, max_queue_delay_us))
-        written.append(config)
+    for model_name, model_dir in models.items():
+        for suffix, (filename, want_in, want_out, shapes) in graphs(model_dir).items():
+            name = model_name + suffix
+            source = Path(model_dir) / filename
+            inputs, outputs = graph_io(source)
+            check_contract(source, inputs, outputs, want_in, want_out, shapes)
+            folder = Path(repo) / name
+            shutil.rmtree(folder, ignore_errors=True)
+            (folder / "1").mkdir(parents=True)
+            shutil.copyfile(source, folder / "1" / "model.onnx")
+            for extra in _external_data(source):
+                shutil.copyfile(extra, folder / "1" / extra.name)
+            config = folder / "config.pbtxt"
+            config.write_text(model_config(name, inputs, outputs, max_batch, max_queue_delay_us))
+            written.append(config)
     return written
+
+
+def model_entry(text: str) -> tuple[str, Path]:
+    """--model NAME (shipped) or NAME=DIR."""
+    name, _, folder = text.partition("=")
+    if folder:
+        return name, Path(folder)
+    if name not in contract.SHIPPED:
+        raise argparse.ArgumentTypeError(f"no shipped model {name!r} ({', '.join(contract.SHIPPED)}); use NAME=DIR")
+    return name, contract.SHIPPED[name].directory
 
 
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(prog="python -m training.triton", description=__doc__.splitlines()[0])
     p.add_argument("repo", type=Path, help="model repository folder to write")
-    p.add_argument("--model-dir", type=Path, default=contract.MODEL_DIR, help="where the exported *.onnx are")
+    p.add_argument("--model", type=model_entry, action="append", metavar="NAME[=DIR]",
+                   help="a model to write: a shipped one by name or a folder as NAME=DIR (repeatable); "
+                        "default: every shipped model")
     p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="Triton max_batch_size")
     p.add_argument("--max-queue-delay-us", type=int, default=MAX_QUEUE_DELAY_US,
                    help="dynamic batching: longest wait to fill a batch, in microseconds")
     args = p.parse_args(argv)
     if not 1 <= args.max_batch <= 4096:
         p.error("--max-batch must be in 1..4096 (the exported batch axis)")
-    configs = write_repository(args.repo, args.model_dir, args.max_batch, args.max_queue_delay_us)
+    configs = write_repository(args.repo, dict(args.model) if args.model else None, args.max_batch,
+                               args.max_queue_delay_us)
     for config in configs:
         print(f"wrote {config.parent}/ (1/model.onnx, config.pbtxt)")
     return configs

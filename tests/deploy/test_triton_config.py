@@ -1,4 +1,4 @@
-"""training/triton.py: the Triton model repository of the shipped ONNX models.
+"""training/triton.py: the Triton model repository of every shipped model (NAME and NAME_decoder).
 
 Each generated config.pbtxt is parsed with Triton's own ModelConfig protobuf (shipped in the
 tritonclient dev dependency), so a field Triton does not know fails the parse, and checked against
@@ -42,11 +42,19 @@ def repo(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("name", list(triton.MODELS))
-def test_config_matches_onnx_runtime_view_of_the_model(repo, name):
-    filename, want_inputs, want_outputs, _ = triton.MODELS[name]
+ENTRIES = [(name + suffix, shipped.directory, suffix) for name, shipped in contract.SHIPPED.items()
+           for suffix in ("", triton.DECODER)]
+
+
+def test_every_shipped_model_is_written(repo):
+    assert sorted(p.name for p in repo.iterdir()) == sorted(name for name, _, _ in ENTRIES)
+
+
+@pytest.mark.parametrize("name, folder, suffix", ENTRIES, ids=[e[0] for e in ENTRIES])
+def test_config_matches_onnx_runtime_view_of_the_model(repo, name, folder, suffix):
+    filename, want_inputs, want_outputs, _ = triton.graphs(folder)[suffix]
     config = read_config(repo, name)
-    session = ort.InferenceSession(str(contract.MODEL_DIR / filename), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(folder / filename), providers=["CPUExecutionProvider"])
 
     assert config.name == name and config.backend == "onnxruntime"
     assert config.max_batch_size == triton.MAX_BATCH
@@ -61,25 +69,33 @@ def test_config_matches_onnx_runtime_view_of_the_model(repo, name):
             assert PB2.DataType.Name(got[t.name].data_type) == ORT_TO_TRITON[t.type]
     assert [t.name for t in session.get_inputs()] == list(want_inputs)
     assert set(want_outputs) <= {t.name for t in session.get_outputs()}
+    assert (repo / name / "1" / "model.onnx").read_bytes() == (folder / filename).read_bytes()
 
 
-def test_capsnet_config_spells_the_contract(repo):
-    config = read_config(repo, "capsnet")
+@pytest.mark.parametrize("name, size", [("mnist", 28), ("fashion-mnist", 28), ("multimnist", 36), ("affine", 40)])
+def test_capsnet_config_spells_the_contract_at_the_models_size(repo, name, size):
+    config = read_config(repo, name)
     dims = {t.name: list(t.dims) for t in (*config.input, *config.output)}
-    for name in (*contract.CAPSNET_INPUTS, *contract.CAPSNET_OUTPUTS):
-        assert dims[name] == list(contract.CAPSNET_SHAPES[name][1:])
-    assert dims[contract.IMAGE] == [1, contract.IMAGE_SIZE, contract.IMAGE_SIZE]
+    shapes = contract.capsnet_shapes(size)
+    for tensor in (*contract.CAPSNET_INPUTS, *contract.CAPSNET_OUTPUTS):
+        assert dims[tensor] == list(shapes[tensor][1:])
+    assert dims[contract.IMAGE] == [1, size, size]
+    assert [list(t.dims) for t in read_config(repo, name + triton.DECODER).output] == [[size, size]]
 
 
-def test_repository_models_are_the_exported_files_and_run_batched(repo, mnist_fixture):
-    for name, (filename, *_) in triton.MODELS.items():
-        assert (repo / name / "1" / "model.onnx").read_bytes() == (contract.MODEL_DIR / filename).read_bytes()
+def test_repository_models_run_batched(repo, mnist_fixture):
     images, _ = mnist_fixture
-    session = ort.InferenceSession(str(repo / "capsnet" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(repo / "mnist" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     x = images[:3, None].astype(np.float32) / 255.0
     outputs = session.run(None, {contract.IMAGE: x})
-    for out, spec in zip(outputs, read_config(repo, "capsnet").output):
+    for out, spec in zip(outputs, read_config(repo, "mnist").output):
         assert list(out.shape) == [3, *spec.dims]
+
+
+def test_one_folder_under_its_own_name(tmp_path):
+    written = triton.main([str(tmp_path), "--model", f"mine={contract.SHIPPED['multimnist'].directory}"])
+    assert sorted(c.parent.name for c in written) == ["mine", "mine_decoder"]
+    assert read_config(tmp_path, "mine").name == "mine"
 
 
 def test_a_field_triton_does_not_know_fails_the_parse():
