@@ -192,7 +192,7 @@ class Engine:
                                 f"says {inputs} -> {list(required)}")
                 continue
             for name, shape in nodes.items():
-                if name in want and [dim for dim in shape[1:]] != want[name]:
+                if name in want and list(shape[1:]) != want[name]:
                     problems.append(f"{graph}'s {name} is {[n, *shape[1:]]}, the card says {[n, *want[name]]}")
         if problems:
             raise ValueError(f"the ONNX files in {self.directory} (model {self.name}) do not match model/contract.py "

@@ -12,39 +12,39 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from model import contract
 
 
-class _Strict(BaseModel):
+class _Section(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class Input(_Strict):
+class Input(_Section):
     size: int = Field(ge=17, le=1024, description="side of the square input image, px (17: a 1x1 primary grid)")
     channels: Literal[1]
 
 
-class Preprocessing(_Strict):
+class Preprocessing(_Section):
     """How a picture becomes the model's input (app/imaging.py)."""
     kind: Literal[contract.PREPROCESSING]  # type: ignore[valid-type]
     ink_box: int = Field(ge=4, description="longer side (px) of the object's ink box in the model's input")
 
 
-class PrimaryCapsules(_Strict):
+class PrimaryCapsules(_Section):
     types: int = Field(ge=1)
     dim: int = Field(ge=1)
     grid: int = Field(ge=1)
     count: int = Field(ge=1)
 
 
-class ClassCapsules(_Strict):
+class ClassCapsules(_Section):
     count: int = Field(ge=2)
     dim: int = Field(ge=1)
 
 
-class Routing(_Strict):
+class Routing(_Section):
     kind: str
     iterations: int = Field(ge=0)
 
 
-class Serving(_Strict):
+class Serving(_Section):
     """The card's serving section: what the model reads and what its capsules are."""
     task: str
     input: Input

@@ -190,8 +190,8 @@ def test_images_build_lean_and_non_root(engine, images):
              "print(u.find_spec('torch') is not None, sorted(x.name for x in p.Path('/app').iterdir()), "
              "sorted(x.name for x in p.Path('/app/model').iterdir()))")
     got = run(["docker", "run", "--rm", "--network", "none", api, "python", "-c", probe], engine).stdout.strip()
-    assert got == ("False ['app', 'model'] ['__init__.py', 'capsnet.int8.onnx', 'capsnet.json', 'capsnet.onnx', "
-                   "'contract.py', 'decoder.onnx']"), got
+    assert got == ("False ['app', 'model'] ['__init__.py', 'affine', 'capsnet.int8.onnx', 'capsnet.json', "
+                   "'capsnet.onnx', 'contract.py', 'decoder.onnx', 'fashion-mnist', 'multimnist']"), got
     got = run(["docker", "run", "--rm", "--network", "none", frontend, "python", "-c", probe], engine).stdout.strip()
     assert got == "False ['frontend', 'model'] ['__init__.py', 'contract.py']", got
 
