@@ -208,3 +208,18 @@ def test_garment_on_a_dark_background_and_a_transparent_cut_out(fashion):
         assert np.corrcoef(x.ravel(), garment.ravel())[0, 1] > 0.9
     with pytest.raises(imaging.ImageError, match="flat colour"):
         imaging.preprocess(Image.new("L", (100, 100), 200), "garment", 28, 28)
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda s: s.pop("input"), "bad `serving` section: input: Field required"),
+    (lambda s: s["preprocessing"].update(kind="photo"), "bad `serving` section: preprocessing.kind"),
+    (lambda s: s["classes"].pop(), "names 9 classes for 10 class capsules"),
+    (lambda s: s["primary_capsules"].update(grid=10, count=3200), "the network leaves a 6x6 grid"),
+])
+def test_a_card_that_contradicts_itself_is_refused_with_its_folder(change, why):
+    from app.spec import read_serving
+    card = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    assert read_serving(card, "model/").size == 28
+    change(card[contract.SERVING])
+    with pytest.raises(ValueError, match="the card in model/ .*" + why.replace("`", ".")):
+        read_serving(card, "model/")
