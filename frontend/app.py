@@ -1,8 +1,16 @@
-"""The CapsNet demo: draw a digit, see its capsules and the routing, perturb the 16 dimensions.
+"""The CapsNet demo: a tab per model; draw or upload, see the capsules and the routing, perturb the 16 dimensions.
 
 A Gradio app that asks the API over HTTP (it imports neither app/ nor torch) and lets a person
-explore the model the way section 5.1 and Fig. 4 of the paper (Sabour, Frosst & Hinton 2017,
-"Dynamic Routing Between Capsules", https://arxiv.org/abs/1710.09829) do.
+explore the models the way sections 5.1 and 6 and Figs. 4 and 5 of the paper (Sabour, Frosst & Hinton
+2017, "Dynamic Routing Between Capsules", https://arxiv.org/abs/1710.09829) do:
+
+- Digit (model mnist): draw, upload or pick an MNIST digit; its capsule lengths, reconstruction and
+  routing maps.
+- Two digits (model multimnist): draw two overlapping digits or pick a generated MultiMNIST pair; both
+  digits named, each redrawn from its own capsule, in red and green over the input (Fig. 5).
+- Fashion (model fashion-mnist): upload or pick a garment; its class, capsules and reconstruction.
+
+Every tab perturbs any capsule's 16 dimensions with sliders and draws the paper's Fig. 4 grid.
 
 $ python -m app                 # the API, http://localhost:8000
 $ python -m frontend            # the demo, http://127.0.0.1:7860
@@ -21,7 +29,15 @@ from PIL import Image
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from frontend import plots
-from model.contract import CAPSULE_DIM, IMAGE_SIZE, NUM_CLASSES, PERTURB_LIMIT, PERTURB_STEP
+from model.contract import (
+    CAPSULE_DIM,
+    IMAGE_SIZE,
+    MULTIMNIST_SIZE,
+    NUM_CLASSES,
+    PERTURB_LIMIT,
+    PERTURB_STEP,
+    primary_grid,
+)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -41,10 +57,16 @@ def get_settings() -> DemoSettings:
     return DemoSettings()
 
 
-EXAMPLES = sorted(Path(__file__).parent.joinpath("examples").glob("*.png"))  # MNIST t10k, one per class
+EXAMPLES_DIR = Path(__file__).parent / "examples"
+EXAMPLES = sorted(EXAMPLES_DIR.joinpath("digits").glob("*.png"))  # MNIST t10k, one per class
+PAIR_EXAMPLES = sorted(EXAMPLES_DIR.joinpath("pairs").glob("*.png"))  # generated MultiMNIST, named by both digits
+FASHION_EXAMPLES = sorted(EXAMPLES_DIR.joinpath("fashion").glob("*.png"))  # Fashion-MNIST t10k, dark on white
+DEFAULT_MODEL = "mnist"  # the API's default, and the first tab's
 # The paper's Fig. 4 perturbations: -0.25, -0.20, ..., +0.25 (11 steps of 0.05).
 OFFSETS = np.linspace(-PERTURB_LIMIT, PERTURB_LIMIT, round(2 * PERTURB_LIMIT / PERTURB_STEP) + 1)
 DRAW_A_DIGIT = "✏️ Draw a digit on the canvas, or upload one or pick an example."
+DRAW_TWO_DIGITS = "✏️ Draw two overlapping digits on the canvas, or upload a pair or pick an example."
+SHOW_A_GARMENT = "👕 Upload a photo of one garment on a plain background, or pick an example."
 LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
 CANVAS = 400  # px, square
 # The brush's radius (Gradio's Brush.default_size is a radius, its strokes are circles of it): a 28 px
@@ -66,6 +88,7 @@ class ApiClient:
     def __init__(self, base_url: str, timeout_s: float, transport: httpx.BaseTransport | None = None):
         self.base_url = base_url.rstrip("/")
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self.names: dict[str, list[str]] = {}  # each model's class names, once GET /models has said them
 
     def call(self, method: str, path: str, **kwargs) -> dict[str, Any]:
         try:
@@ -85,22 +108,33 @@ class ApiClient:
             raise ApiError(f"⚠️ The API failed ({response.status_code}): {detail(response)}")
         return response.json()
 
-    def predict(self, png: bytes) -> dict[str, Any]:
+    def predict(self, png: bytes, model: str = DEFAULT_MODEL) -> dict[str, Any]:
         return self.call(
             "POST",
             "/predict",
-            params={"include": "capsules,reconstruction,routing", "preprocess": "mnist"},
-            files={"file": ("digit.png", png, "image/png")},
+            params={"model": model, "include": "capsules,reconstruction,routing", "preprocess": "auto"},
+            files={"file": ("image.png", png, "image/png")},
         )
 
-    def reconstruct(self, digits: list[int], capsules: np.ndarray) -> np.ndarray:
-        """Decode capsules (n, 16), each placed at its digit's slot, in one batch: (n, 28, 28)."""
+    def reconstruct(self, digits: list[int], capsules: np.ndarray, model: str = DEFAULT_MODEL) -> np.ndarray:
+        """Decode capsules (n, 16), each placed at its class's slot, in one batch: (n, S, S) at the model's size."""
         items = [{"digit": int(d), "capsule": c.tolist()} for d, c in zip(digits, capsules)]
-        answer = self.call("POST", "/reconstruct", json={"items": items})
+        answer = self.call("POST", "/reconstruct", params={"model": model}, json={"items": items})
         return np.array([r["image"] for r in answer["items"]], dtype=np.float32)
 
-    def model(self) -> dict[str, Any]:
-        return self.call("GET", "/model")
+    def model(self, model: str = DEFAULT_MODEL) -> dict[str, Any]:
+        return self.call("GET", "/model", params={"model": model})
+
+    def models(self) -> dict[str, Any]:
+        return self.call("GET", "/models")
+
+    def classes(self, model: str = DEFAULT_MODEL) -> list[str]:
+        """The model's class names, from GET /models (asked until it has answered once)."""
+        if model not in self.names:
+            self.names.update({entry["name"]: entry["classes"] for entry in self.models()["models"]})
+        if model not in self.names:
+            raise ApiError(f"⚠️ The API at {self.base_url} serves no model {model!r}.")
+        return self.names[model]
 
 
 def detail(response: httpx.Response) -> str:
@@ -120,24 +154,138 @@ def footer_text(name: str, version: str, provider: str, api_url: str) -> str:
 
 
 # -------------------------------------------------------------------------------------------------
-# Handlers: plain functions of (client, inputs) -> outputs, bound to the UI in build_demo().
+# Views: what one answer of the API shows, in the order of a tab's UI outputs.
+def seen_image(answer: dict[str, Any]) -> Image.Image:
+    """The image the model saw, at its input size, enlarged."""
+    return plots.digit(np.asarray(decode_data_url(answer["input"]).convert("L")))
+
+
+def charts(answer: dict[str, Any], names: list[str], marks: dict[int, plots.RGB]) -> tuple[Image.Image, Image.Image]:
+    """The capsule lengths chart and the routing maps, the marked (answered) classes first."""
+    lengths = np.asarray(answer["probabilities"], dtype=np.float32)
+    order = list(marks) + [int(j) for j in np.argsort(-lengths) if j not in marks]
+    maps = np.asarray(answer["routing"]["maps"], dtype=np.float32)
+    return plots.lengths_chart(lengths, marks, names), plots.routing_heatmaps(maps, lengths, order, marks, names)
+
+
+def runner_up_and_warnings(answer: dict[str, Any]) -> str:
+    runner_up = answer["runner_up"]
+    warnings = "".join(f"\n\n⚠️ {warning}" for warning in answer["warnings"])
+    return f"runner-up {runner_up['label']} at {runner_up['length']:.3f}." + warnings
+
+
+def answer_footer(answer: dict[str, Any], api_url: str) -> str:
+    model = answer["model"]
+    return footer_text(model["name"], model["version"], model["provider"], api_url)
+
+
 class PredictView(NamedTuple):
-    """What one prediction shows, in the order of the UI outputs."""
+    """One object (a digit, a garment): the Digit and Fashion tabs."""
 
     status: str
     input: Image.Image | None  # the 28x28 image the model saw
     reconstruction: Image.Image | None
     lengths: Image.Image | None  # bar chart with m+ and m-
-    routing: Image.Image | None  # per-class 6x6 routing maps, predicted class first
+    routing: Image.Image | None  # per-class routing maps on the primary grid, predicted class first
     capsules: list[list[float]] | None  # (10, 16), kept in gr.State for the perturbation panel
     digit: int | None  # the capsule to perturb: the prediction
     footer: str | dict  # model, version and provider; gr.skip() keeps the last one
 
+    @classmethod
+    def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
+        prediction, label = int(answer["prediction"]), answer["label"]
+        length = answer["probabilities"][prediction]
+        status = (f"## Prediction: **{label}**\n"
+                  f"Capsule length ‖v<sub>{label}</sub>‖ = {length:.3f}; " + runner_up_and_warnings(answer))
+        lengths, routing = charts(answer, names, {prediction: plots.WINNER})
+        reconstruction = plots.digit(np.asarray(answer["reconstruction"]["image"]))
+        return cls(status, seen_image(answer), reconstruction, lengths, routing, answer["capsules"], prediction,
+                   answer_footer(answer, api_url))
 
-def message_view(status: str) -> PredictView:
-    return PredictView(status, None, None, None, None, None, None, gr.skip())
+
+class PairView(NamedTuple):
+    """Two overlapping digits: the Two digits tab (the paper's section 6 and Fig. 5)."""
+
+    status: str
+    input: Image.Image | None  # the 36x36 image the model saw
+    overlay: Image.Image | None  # both reconstructions over the dimmed input: the first red, the second green
+    first: Image.Image | None  # the first digit redrawn from its own capsule, in red
+    second: Image.Image | None  # the second, in green
+    lengths: Image.Image | None
+    routing: Image.Image | None  # both digits' maps first
+    capsules: list[list[float]] | None
+    digit: int | None  # the capsule to perturb: the first digit's
+    footer: str | dict
+
+    @classmethod
+    def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PairView":
+        objects = answer["objects"]
+        first, second = objects
+        status = (f"## Digits: **{first['label']}** and **{second['label']}**\n"
+                  f"Capsule lengths ‖v<sub>{first['label']}</sub>‖ = {first['length']:.3f} (red) and "
+                  f"‖v<sub>{second['label']}</sub>‖ = {second['length']:.3f} (green); "
+                  + runner_up_and_warnings(answer))
+        marks = {int(o["digit"]): colour for o, colour in zip(objects, plots.PAIR_COLOURS)}
+        lengths, routing = charts(answer, names, marks)
+        drawings = [plots.digit(np.asarray(o["reconstruction"]["image"]), colour=colour)
+                    for o, colour in zip(objects, plots.PAIR_COLOURS)]
+        overlay = plots.enlarge(decode_data_url(answer["overlay"]).convert("RGB"))
+        return cls(status, seen_image(answer), overlay, *drawings, lengths, routing, answer["capsules"],
+                   int(first["digit"]), answer_footer(answer, api_url))
 
 
+View = PredictView | PairView
+
+
+def message_view(view: type[View], status: str) -> View:
+    """Words only (nothing drawn yet, an API error): every picture blank, the footer kept."""
+    return view(status, *[None] * (len(view._fields) - 2), gr.skip())
+
+
+# -------------------------------------------------------------------------------------------------
+class Tab(NamedTuple):
+    """One model's tab: which model answers, what it asks for, what it shows."""
+
+    title: str
+    model: str  # the API's ?model=
+    prefix: str  # of the tab's elem_ids and API names ("" for the digit tab, whose ids came first)
+    size: int  # the model's input side (model.contract)
+    view: type[View]
+    pictures: tuple[tuple[str, str], ...]  # (label, elem_id) of the view's pictures before the lengths chart
+    subject: str  # what to draw or upload: "a digit"
+    canvas: bool  # can it be drawn on the sketchpad?
+    prompt: str  # the status before there is anything to predict
+    examples: list[Path]
+    examples_label: str
+    noun: str  # what one capsule stands for: "digit" or "class"
+    pick_info: str  # under the radio that picks the capsule to perturb
+
+
+ONE_OBJECT = (("Model input", "seen"), ("Reconstruction", "reconstruction"))
+DIGIT_TAB = Tab(
+    title="Digit", model=DEFAULT_MODEL, prefix="", size=IMAGE_SIZE, view=PredictView, pictures=ONE_OBJECT,
+    subject="a digit", canvas=True, prompt=DRAW_A_DIGIT, examples=EXAMPLES, examples_label="MNIST test digits",
+    noun="digit", pick_info="What does the 3-capsule see? Pick any digit.",
+)
+PAIR_TAB = Tab(
+    title="Two digits", model="multimnist", prefix="pair-", size=MULTIMNIST_SIZE, view=PairView,
+    pictures=(("Model input", "seen"), ("Both digits redrawn (Fig. 5)", "overlay"),
+              ("First digit, from its capsule", "first"), ("Second digit, from its capsule", "second")),
+    subject="two digits", canvas=True, prompt=DRAW_TWO_DIGITS, examples=PAIR_EXAMPLES,
+    examples_label="Generated MultiMNIST pairs", noun="digit",
+    pick_info="The red digit first; pick the green one, or any digit.",
+)
+FASHION_TAB = Tab(
+    title="Fashion", model="fashion-mnist", prefix="fashion-", size=IMAGE_SIZE, view=PredictView,
+    pictures=ONE_OBJECT, subject="a garment", canvas=False, prompt=SHOW_A_GARMENT, examples=FASHION_EXAMPLES,
+    examples_label="Fashion-MNIST test images", noun="class",
+    pick_info="What does the Bag capsule see? Pick any class.",
+)
+TABS = (DIGIT_TAB, PAIR_TAB, FASHION_TAB)
+
+
+# -------------------------------------------------------------------------------------------------
+# Handlers: plain functions of (client, inputs) -> outputs, bound to the UI in build_demo().
 def drawing_png(editor: dict[str, Any] | None) -> bytes | None:
     """The sketchpad's strokes as one RGBA PNG (ink in alpha, background left out), None if empty."""
     layers = [layer for layer in (editor or {}).get("layers") or [] if layer is not None]
@@ -153,188 +301,247 @@ def drawing_png(editor: dict[str, Any] | None) -> bytes | None:
     return buffer.getvalue()
 
 
-def predict_png(client: ApiClient, png: bytes | None) -> PredictView:
+def predict_png(client: ApiClient, png: bytes | None, tab: Tab = DIGIT_TAB) -> View:
     if png is None:
-        return message_view(DRAW_A_DIGIT)
+        return message_view(tab.view, tab.prompt)
     try:
-        answer = client.predict(png)
+        answer = client.predict(png, tab.model)
+        names = client.classes(tab.model)
     except ApiError as error:
-        return message_view(str(error))
-    lengths = np.asarray(answer["probabilities"], dtype=np.float32)
-    prediction, model, runner_up = int(answer["prediction"]), answer["model"], answer["runner_up"]
-    order = [prediction] + [int(j) for j in np.argsort(-lengths) if j != prediction]
-    status = (
-        f"## Prediction: **{prediction}**\n"
-        f"Capsule length ‖v<sub>{prediction}</sub>‖ = {lengths[prediction]:.3f}; "
-        f"runner-up {runner_up['digit']} at {runner_up['length']:.3f}."
-        + "".join(f"\n\n⚠️ {warning}" for warning in answer["warnings"])
-    )
-    return PredictView(
-        status=status,
-        input=plots.digit(np.asarray(decode_data_url(answer["input"]).convert("L"))),
-        reconstruction=plots.digit(np.asarray(answer["reconstruction"]["image"])),
-        lengths=plots.lengths_chart(lengths, prediction),
-        routing=plots.routing_heatmaps(np.asarray(answer["routing"]["maps"]), lengths, order),
-        capsules=answer["capsules"],
-        digit=prediction,
-        footer=footer_text(model["name"], model["version"], model["provider"], client.base_url),
-    )
+        return message_view(tab.view, str(error))
+    return tab.view.of(answer, names, client.base_url)
 
 
-def predict_drawing(client: ApiClient, editor: dict[str, Any] | None) -> PredictView:
-    return predict_png(client, drawing_png(editor))
+def predict_drawing(client: ApiClient, editor: dict[str, Any] | None, tab: Tab = DIGIT_TAB) -> View:
+    return predict_png(client, drawing_png(editor), tab)
 
 
-def predict_upload(client: ApiClient, path: str | None) -> PredictView:
-    return predict_png(client, Path(path).read_bytes() if path else None)
+def predict_stroke(client: ApiClient, editor: dict[str, Any] | None, tab: Tab = DIGIT_TAB) -> View | tuple:
+    """After a stroke: the drawing's prediction. An empty canvas changes nothing: it is the fresh paper an
+    example or upload leaves, which the sketchpad reports as an input too."""
+    png = drawing_png(editor)
+    if png is None:
+        return tuple(gr.skip() for _ in tab.view._fields)
+    return predict_png(client, png, tab)
 
 
-def perturb(client: ApiClient, capsules: list[list[float]] | None, digit: int | None, *deltas: float) -> Image.Image | None:
+def predict_upload(client: ApiClient, path: str | None, tab: Tab = DIGIT_TAB) -> View:
+    return predict_png(client, Path(path).read_bytes() if path else None, tab)
+
+
+def perturb(client: ApiClient, capsules: list[list[float]] | None, digit: int | None, *deltas: float,
+            model: str = DEFAULT_MODEL) -> Image.Image | None:
     """The reconstruction from `digit`'s capsule with `deltas` (one per dimension) added to it."""
     if capsules is None or digit is None:
         return None
     capsule = np.asarray(capsules, dtype=np.float32)[digit] + np.asarray(deltas, dtype=np.float32)
     try:
-        return plots.digit(client.reconstruct([digit], capsule[None])[0])
+        return plots.digit(client.reconstruct([digit], capsule[None], model)[0])
     except ApiError as error:
         gr.Warning(str(error))
         return None
 
 
-def fig4_tiles(client: ApiClient, capsule: np.ndarray, digit: int) -> np.ndarray:
-    """Fig. 4 for one capsule: (16, 11, 28, 28), row d adds OFFSETS to dimension d; one batch call."""
+def fig4_tiles(client: ApiClient, capsule: np.ndarray, digit: int, model: str = DEFAULT_MODEL) -> np.ndarray:
+    """Fig. 4 for one capsule: (16, 11, S, S) at the model's input size S, row d adds OFFSETS to
+    dimension d; one batch call."""
     dims, steps = CAPSULE_DIM, len(OFFSETS)
     batch = np.repeat(capsule[None, None], dims, 0).repeat(steps, 1)  # (16, 11, 16)
     batch[np.arange(dims), :, np.arange(dims)] += OFFSETS
-    tiles = client.reconstruct([digit] * (dims * steps), batch.reshape(-1, dims))
-    return tiles.reshape(dims, steps, IMAGE_SIZE, IMAGE_SIZE)
+    tiles = client.reconstruct([digit] * (dims * steps), batch.reshape(-1, dims), model)
+    return tiles.reshape(dims, steps, *tiles.shape[1:])
 
 
-def fig4(client: ApiClient, capsules: list[list[float]] | None, digit: int | None) -> Image.Image | None:
+def fig4(client: ApiClient, capsules: list[list[float]] | None, digit: int | None,
+         model: str = DEFAULT_MODEL) -> Image.Image | None:
     if capsules is None or digit is None:
         return None
     try:
-        tiles = fig4_tiles(client, np.asarray(capsules, dtype=np.float32)[digit], digit)
+        tiles = fig4_tiles(client, np.asarray(capsules, dtype=np.float32)[digit], digit, model)
     except ApiError as error:
         gr.Warning(str(error))
         return None
     return plots.fig4_grid(tiles, OFFSETS)
 
 
-def model_footer(client: ApiClient) -> str:
+def model_footer(client: ApiClient, model: str = DEFAULT_MODEL) -> str:
     try:
-        card = client.model()
+        card = client.model(model)
     except ApiError as error:
         return str(error)
-    return footer_text(card["name"], card["version"], card["providers"][0], client.base_url)
+    return footer_text(card["served_as"], card["version"], card["providers"][0], client.base_url)
+
+
+def capsule_choices(client: ApiClient, model: str) -> gr.Radio | dict:
+    """The capsule radio's choices, named by the model's classes; left as they are if the API cannot say."""
+    try:
+        names = client.classes(model)
+    except ApiError:
+        return gr.skip()
+    return gr.Radio(choices=[(name, j) for j, name in enumerate(names)])
 
 
 # -------------------------------------------------------------------------------------------------
-INTRO = f"""# CapsNet: draw a digit, watch its capsules
-Each of the {NUM_CLASSES} digit capsules is a {CAPSULE_DIM}-D vector; its **length** says whether that
-digit is present and its **direction** says how it is drawn. The decoder redraws the digit from the
+INTRO = f"""# CapsNet: draw a digit (or two), show a garment, watch the capsules
+Each of the {NUM_CLASSES} class capsules is a {CAPSULE_DIM}-D vector; its **length** says whether that
+class is present and its **direction** says how it is drawn. The decoder redraws the input from the
 winning capsule alone. Move the sliders to change one dimension at a time, as in section 5.1 of
 [Dynamic Routing Between Capsules](https://arxiv.org/abs/1710.09829).
+
+**Digit**: one handwritten digit (MNIST). **Two digits**: two overlapping digits (MultiMNIST, section 6),
+each redrawn from its own capsule, in red and green over the input as in Fig. 5. **Fashion**: one garment
+(Fashion-MNIST).
 """
 CSS = """
-#status { min-height: 4.5em; }
-#seen img, #reconstruction img, #perturbed img { image-rendering: pixelated; }
+.status { min-height: 4.5em; }
+.pixels img { image-rendering: pixelated; }
 """
+
+
+def blank_canvas() -> dict[str, Any]:
+    """White paper and no strokes; as a value, it also puts the brush in hand."""
+    paper = Image.new("RGB", (CANVAS, CANVAS), "white")  # black ink on white paper; the API reads the ink from alpha
+    return {"background": paper, "layers": [], "composite": None}
+
+
+def picture(label: str, elem_id: str) -> gr.Image:
+    """A model-sized image (input, reconstruction), shown crisp."""
+    return gr.Image(label=label, format="png", height=200, buttons=[], elem_id=elem_id, elem_classes="pixels")
+
+
+def inputs(tab: Tab) -> tuple[gr.Sketchpad | None, gr.Button | None, gr.Image]:
+    """The tab's canvas (if it has one) and upload, with its examples below."""
+    upload = gr.Image(type="filepath", sources=["upload", "clipboard"], label=f"An image of {tab.subject}",
+                      height=360, elem_id=f"{tab.prefix}upload", render=False)
+    sketch = button = None
+    if tab.canvas:
+        with gr.Tabs():
+            with gr.Tab("Draw", id=f"{tab.prefix}draw"):
+                sketch = gr.Sketchpad(
+                    value=blank_canvas(),
+                    type="pil",
+                    format="png",
+                    canvas_size=(CANVAS, CANVAS),
+                    fixed_canvas=True,
+                    brush=gr.Brush(colors=["#000000"], color_mode="fixed", default_size=BRUSH_RADIUS),
+                    layers=False,
+                    transforms=(),
+                    label=f"Draw {tab.subject}",
+                    elem_id=f"{tab.prefix}sketch",
+                )
+                button = gr.Button("Predict", variant="primary")
+            with gr.Tab("Upload", id=f"{tab.prefix}upload-tab"):
+                upload.render()
+    else:
+        upload.render()
+    gr.Examples(examples=[[str(p)] for p in tab.examples], inputs=[upload], label=tab.examples_label,
+                elem_id=f"{tab.prefix}examples")
+    return sketch, button, upload
+
+
+def answer_column(tab: Tab) -> tuple[gr.Markdown, list[gr.Image], gr.Image]:
+    """The status, the tab's pictures two to a row, and the capsule lengths."""
+    status = gr.Markdown(tab.prompt, elem_id=f"{tab.prefix}status", elem_classes="status")
+    pictures = []
+    for row in range(0, len(tab.pictures), 2):
+        with gr.Row():
+            pictures += [picture(label, f"{tab.prefix}{name}") for label, name in tab.pictures[row:row + 2]]
+    lengths = gr.Image(label="Capsule lengths", format="png", buttons=[], elem_id=f"{tab.prefix}lengths")
+    return status, pictures, lengths
+
+
+def routing_column(tab: Tab) -> gr.Image:
+    grid = primary_grid(tab.size)
+    first = "The predicted digits come first." if tab.view is PairView else f"The predicted {tab.noun} comes first."
+    gr.Markdown(
+        f"### Routing\nWhere the votes went: for each {tab.noun}, the {grid}x{grid} PrimaryCaps grid weighted by the "
+        "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. " + first
+    )
+    return gr.Image(label="Routing maps", format="png", show_label=False, buttons=["fullscreen"],
+                    elem_id=f"{tab.prefix}routing")
+
+
+def perturbation_panel(client: ApiClient, tab: Tab, capsules: gr.State) -> gr.Radio:
+    """The chosen capsule, its 16 sliders, a reset, the perturbed drawing and the Fig. 4 grid, wired to
+    the API and redrawn whenever `capsules` change; returns the radio that picks the capsule."""
+    p = tab.prefix
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=360):
+            gr.Markdown(
+                f"### Perturb the capsule\nEach slider adds a delta to one of the {CAPSULE_DIM} dimensions of the "
+                f"chosen {tab.noun} capsule; the decoder redraws it when you let go."
+            )
+            with gr.Row():
+                with gr.Column(min_width=200):
+                    digit = gr.Radio(choices=[(name, j) for j, name in enumerate(plots.DIGITS)],
+                                     label=f"Decode the capsule of {tab.noun}", info=tab.pick_info,
+                                     elem_id=f"{p}capsule")
+                    reset = gr.Button("Reset sliders")
+                perturbed = picture("Perturbed", f"{p}perturbed")
+            sliders = []
+            with gr.Row():
+                for column in range(2):
+                    with gr.Column(min_width=200):
+                        for k in range(column * CAPSULE_DIM // 2, (column + 1) * CAPSULE_DIM // 2):
+                            sliders.append(gr.Slider(-PERTURB_LIMIT, PERTURB_LIMIT, value=0.0, step=PERTURB_STEP,
+                                                     label=f"dim {k + 1}", elem_id=f"{p}dim-{k + 1}"))
+        with gr.Column(scale=4, min_width=360):
+            gr.Markdown(
+                "### Fig. 4: every dimension at once\nRow d adds −0.25 … +0.25 (steps of 0.05) to dimension d "
+                "of the chosen capsule, as in the paper's Fig. 4."
+            )
+            grid = gr.Image(label="Dimension perturbations", format="png", show_label=False,
+                            buttons=["fullscreen", "download"], elem_id=f"{p}grid")
+    api = p.replace("-", "_")
+    redraw = dict(fn=partial(perturb, client, model=tab.model), inputs=[capsules, digit, *sliders], outputs=perturbed)
+    regrid = dict(fn=partial(fig4, client, model=tab.model), inputs=[capsules, digit], outputs=grid)
+    capsules.change(**redraw, **LIVE).then(**regrid)  # a new answer: its capsule, perturbed, and its Fig. 4
+    digit.input(**redraw, **LIVE).then(**regrid)
+    gr.on([s.release for s in sliders], **redraw, **LIVE, api_name=f"{api}perturb")
+    reset.click(lambda: [0.0] * CAPSULE_DIM, None, sliders, api_visibility="private").then(**redraw)
+    return digit
+
+
+def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
+    """One model's tab, wired to the API: inputs, the answer, the routing and the perturbation panel.
+    Returns the radio of capsules, whose choices the page names once the API has said the classes."""
+    with gr.Tab(tab.title, id=tab.model) as page:
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=4, min_width=360):
+                sketch, button, upload = inputs(tab)
+            with gr.Column(scale=5, min_width=360):
+                status, pictures, lengths = answer_column(tab)
+            with gr.Column(scale=4, min_width=360):
+                routing = routing_column(tab)
+        capsules = gr.State(None)
+        digit = perturbation_panel(client, tab, capsules)
+
+    views = [status, *pictures, lengths, routing, capsules, digit, footer]
+    api = tab.prefix.replace("-", "_")
+    if sketch is not None:  # .input fires after each stroke (.change does not)
+        sketch.input(partial(predict_stroke, client, tab=tab), [sketch], views, **LIVE, api_visibility="private")
+        button.click(partial(predict_drawing, client, tab=tab), [sketch], views, **LIVE,
+                     api_name=f"{api}predict_drawing")
+        # An example or upload replaces the drawing (gr.Tabs(selected=...) does not switch away from a sketchpad).
+        upload.change(blank_canvas, None, sketch, api_visibility="private")
+        sketch.clear(blank_canvas, None, sketch, api_visibility="private")  # fresh paper, brush in hand
+    upload.change(partial(predict_upload, client, tab=tab), [upload], views, **LIVE, api_name=f"{api}predict_upload")
+    page.select(partial(model_footer, client, tab.model), None, footer, show_progress="hidden",
+                api_visibility="private")
+    return digit
 
 
 def build_demo(settings: DemoSettings) -> gr.Blocks:
     client = ApiClient(settings.api_url, settings.timeout_s)
-    paper = Image.new("RGB", (CANVAS, CANVAS), "white")  # black ink on white paper; the API reads the ink from alpha
-    blank = {"background": paper, "layers": [], "composite": None}  # as a value, it also selects the brush
-
     with gr.Blocks(title="CapsNet demo", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=4, min_width=360):
-                with gr.Tabs():
-                    with gr.Tab("Draw", id="draw"):
-                        sketch = gr.Sketchpad(
-                            value=blank,
-                            type="pil",
-                            format="png",
-                            canvas_size=paper.size,
-                            fixed_canvas=True,
-                            brush=gr.Brush(colors=["#000000"], color_mode="fixed", default_size=BRUSH_RADIUS),
-                            layers=False,
-                            transforms=(),
-                            label="Draw a digit",
-                            elem_id="sketch",
-                        )
-                        predict_button = gr.Button("Predict", variant="primary")
-                    with gr.Tab("Upload", id="upload"):
-                        upload = gr.Image(type="filepath", sources=["upload", "clipboard"], label="An image of a digit", height=360)
-                gr.Examples(examples=[[str(p)] for p in EXAMPLES], inputs=[upload], label="MNIST test digits")
-            with gr.Column(scale=5, min_width=360):
-                status = gr.Markdown(DRAW_A_DIGIT, elem_id="status")
-                with gr.Row():
-                    seen = gr.Image(label="Model input", format="png", height=200, buttons=[], elem_id="seen")
-                    reconstruction = gr.Image(label="Reconstruction", format="png", height=200, buttons=[], elem_id="reconstruction")
-                lengths = gr.Image(label="Capsule lengths", format="png", buttons=[], elem_id="lengths")
-            with gr.Column(scale=4, min_width=360):
-                gr.Markdown(
-                    "### Routing\nWhere the votes went: for each digit, the 6x6 PrimaryCaps grid weighted by the "
-                    "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. "
-                    "The predicted digit comes first."
-                )
-                routing = gr.Image(label="Routing maps", format="png", show_label=False, buttons=["fullscreen"], elem_id="routing")
-
-        capsules = gr.State(None)
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=5, min_width=360):
-                gr.Markdown(
-                    "### Perturb the capsule\nEach slider adds a delta to one of the 16 dimensions of the chosen "
-                    "digit capsule; the decoder redraws it when you let go."
-                )
-                with gr.Row():
-                    with gr.Column(min_width=200):
-                        digit = gr.Radio(
-                            choices=[(str(j), j) for j in range(NUM_CLASSES)],
-                            label="Decode the capsule of digit",
-                            info="What does the 3-capsule see? Pick any digit.",
-                        )
-                        reset = gr.Button("Reset sliders")
-                    perturbed = gr.Image(label="Perturbed", format="png", height=200, buttons=[], elem_id="perturbed")
-                sliders = []
-                with gr.Row():
-                    for column in range(2):
-                        with gr.Column(min_width=200):
-                            for k in range(column * CAPSULE_DIM // 2, (column + 1) * CAPSULE_DIM // 2):
-                                sliders.append(
-                                    gr.Slider(
-                                        -PERTURB_LIMIT, PERTURB_LIMIT, value=0.0, step=PERTURB_STEP, label=f"dim {k + 1}", elem_id=f"dim-{k + 1}"
-                                    )
-                                )
-            with gr.Column(scale=4, min_width=360):
-                gr.Markdown(
-                    "### Fig. 4: every dimension at once\nRow d adds −0.25 … +0.25 (steps of 0.05) to dimension d "
-                    "of the chosen capsule, as in the paper's Fig. 4."
-                )
-                grid = gr.Image(label="Dimension perturbations", format="png", show_label=False, buttons=["fullscreen", "download"], elem_id="grid")
-        footer = gr.Markdown(elem_id="footer")
-
-        # ---- events
-        views = [status, seen, reconstruction, lengths, routing, capsules, digit, footer]
-        redraw = dict(fn=partial(perturb, client), inputs=[capsules, digit, *sliders], outputs=perturbed)
-        regrid = dict(fn=partial(fig4, client), inputs=[capsules, digit], outputs=grid)
-        drawn = [sketch.input, predict_button.click]  # .input fires after each stroke (.change does not)
-        gr.on(drawn, partial(predict_drawing, client), [sketch], views, **LIVE, api_name="predict_drawing").then(
-            **redraw
-        ).then(**regrid)
-        upload.change(partial(predict_upload, client), [upload], views, **LIVE, api_name="predict_upload").then(
-            **redraw
-        ).then(**regrid)
-        # An example or upload replaces the drawing (gr.Tabs(selected=...) does not switch away from a sketchpad).
-        upload.change(lambda: blank, None, sketch, api_visibility="private")
-        sketch.clear(lambda: blank, None, sketch, api_visibility="private")  # fresh paper, brush in hand
-        digit.input(**redraw, **LIVE).then(**regrid)
-        gr.on([s.release for s in sliders], **redraw, **LIVE, api_name="perturb")
-        reset.click(lambda: [0.0] * CAPSULE_DIM, None, sliders, api_visibility="private").then(**redraw)
+        footer = gr.Markdown(elem_id="footer", render=False)  # the model of the tab in view, below every tab
+        with gr.Tabs():
+            radios = [model_tab(client, tab, footer) for tab in TABS]
+        footer.render()
         demo.load(partial(model_footer, client), None, footer, api_name="model")
+        for tab, radio in zip(TABS, radios):
+            demo.load(partial(capsule_choices, client, tab.model), None, radio, api_visibility="private")
     return demo
 
 

@@ -1,20 +1,30 @@
 """Pictures for the demo, drawn with numpy and Pillow (no matplotlib in the demo image).
 
 Each function takes plain arrays from the API and returns one PIL image:
-`digit` (a 28x28 picture, upscaled without blur), `lengths_chart` (the 10 capsule lengths with the
-margin-loss lines m+ and m-), `routing_heatmaps` (the per-class 6x6 routing maps) and `fig4_grid`
+`digit` (a model's square input or reconstruction, 28x28 or 36x36, upscaled without blur, grey or
+tinted), `lengths_chart` (the 10 capsule lengths with the margin-loss lines m+ and m-),
+`routing_heatmaps` (the per-class routing maps on the primary grid, 6x6 or 10x10) and `fig4_grid`
 (the paper's Fig. 4: one row per capsule dimension, one column per perturbation).
 """
+import math
+from collections.abc import Sequence
+
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from model.contract import M_MINUS, M_PLUS, NUM_CLASSES
 
+RGB = tuple[int, int, int]
 PAPER = (255, 255, 255)
 INK = (40, 40, 48)
 MUTED = (120, 120, 130)
 BAR = (148, 163, 184)
+MARGIN = (37, 99, 235)  # the m+ and m- lines
 WINNER = (234, 88, 12)  # the predicted class, in the demo's accent colour
+PAIR_COLOURS = ((239, 68, 68), (34, 197, 94))  # the two digits of a pair: red and green, as in the API's overlay
+DIGITS = tuple(str(j) for j in range(NUM_CLASSES))  # class names of the digit models
+SCALE = 8  # screen pixels per model pixel
+TILT = 40  # degrees: class names too wide for their bar are drawn slanted
 # Anchor colours of a dark-to-bright heat scale (black, purple, red, orange, pale yellow).
 HEAT = np.array(
     [(0, 0, 4), (81, 18, 124), (183, 55, 121), (252, 137, 97), (252, 253, 191)], dtype=np.float32
@@ -25,13 +35,29 @@ def font(size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.load_default(size=size)
 
 
-def digit(pixels: np.ndarray, scale: int = 8) -> Image.Image:
-    """A 28x28 image, floats in [0, 1] or uint8, as a crisp greyscale picture `scale` times larger."""
+def fitting_font(texts: Sequence[str], width: float, largest: int, smallest: int = 10) -> ImageFont.FreeTypeFont:
+    """The largest font, from `largest` down to `smallest` px, in which every text is at most `width` wide."""
+    size = largest
+    while size > smallest and max(font(size).getlength(t) for t in texts) > width:
+        size -= 1
+    return font(size)
+
+
+def enlarge(image: Image.Image, scale: int = SCALE) -> Image.Image:
+    """`scale` times larger, each pixel a crisp square (no blur)."""
+    return image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
+
+
+def digit(pixels: np.ndarray, scale: int = SCALE, colour: RGB | None = None) -> Image.Image:
+    """A square image (any side), floats in [0, 1] or uint8, as a picture `scale` times larger:
+    grey, or ink of `colour` on black."""
     x = np.asarray(pixels)
     if x.dtype != np.uint8:
         x = (np.clip(x, 0.0, 1.0) * 255).round().astype(np.uint8)
     image = Image.fromarray(x, mode="L")
-    return image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
+    if colour is not None:
+        image = ImageOps.colorize(image, black=(0, 0, 0), white=colour)
+    return enlarge(image, scale)
 
 
 def heat(values: np.ndarray) -> np.ndarray:
@@ -42,16 +68,35 @@ def heat(values: np.ndarray) -> np.ndarray:
     return ((1 - t) * HEAT[low] + t * HEAT[low + 1]).round().astype(np.uint8)
 
 
-def lengths_chart(lengths: np.ndarray, prediction: int, width: int = 560, height: int = 260) -> Image.Image:
+def slanted_text(image: Image.Image, xy: tuple[float, float], text: str, fnt: ImageFont.FreeTypeFont,
+                 fill: RGB) -> None:
+    """Draw `text` rising at TILT degrees, its end at `xy` (the top right of the slanted text)."""
+    right, bottom = fnt.getbbox(text)[2:]
+    label = Image.new("RGBA", (right + 2, bottom + 2), (0, 0, 0, 0))
+    ImageDraw.Draw(label).text((0, 0), text, font=fnt, fill=fill)
+    label = label.rotate(TILT, expand=True, resample=Image.Resampling.BICUBIC)
+    image.paste(label, (round(xy[0] - label.width), round(xy[1])), label)
+
+
+def lengths_chart(lengths: np.ndarray, marks: dict[int, RGB], names: Sequence[str] = DIGITS,
+                  width: int = 560, height: int = 260) -> Image.Image:
     """Bar chart of the 10 capsule lengths ||v_j|| with the margin-loss lines m+ and m-.
 
-    A present digit is trained to a length above m+ and an absent one below m- (paper, Eq. 4).
+    A present class is trained to a length above m+ and an absent one below m- (paper, Eq. 4). `marks`
+    colours the answer's bars (class -> colour); `names` label the bars, slanted where they are wider
+    than a bar's slot.
     """
-    left, right, top, bottom = 44, 70, 14, 30
-    plot_w, plot_h = width - left - right, height - top - bottom
+    left, right, top = 44, 70, 14
+    plot_w = width - left - right
+    slot = plot_w / NUM_CLASSES
+    label = font(14)
+    widest = max(label.getlength(name) for name in names)
+    slanted = widest > slot
+    bottom = round(widest * math.sin(math.radians(TILT))) + 24 if slanted else 30
+    plot_h = height - top - bottom
     image = Image.new("RGB", (width, height), PAPER)
     draw = ImageDraw.Draw(image)
-    small, label = font(12), font(14)
+    small = font(12)
 
     def y_of(value: float) -> float:
         return top + plot_h * (1.0 - value)
@@ -61,47 +106,51 @@ def lengths_chart(lengths: np.ndarray, prediction: int, width: int = 560, height
     draw.line([(left, top), (left, top + plot_h)], fill=MUTED)
     draw.line([(left, top + plot_h), (left + plot_w, top + plot_h)], fill=MUTED)
 
-    slot = plot_w / NUM_CLASSES
     for j, length in enumerate(np.clip(lengths, 0.0, 1.0)):
         x0, x1 = left + j * slot + slot * 0.18, left + (j + 1) * slot - slot * 0.18
-        colour = WINNER if j == prediction else BAR
-        draw.rectangle([x0, y_of(length), x1, top + plot_h], fill=colour)
+        draw.rectangle([x0, y_of(length), x1, top + plot_h], fill=marks.get(j, BAR))
         draw.text(((x0 + x1) / 2, y_of(length) - 3), f"{length:.2f}", fill=INK, font=small, anchor="md")
-        draw.text(((x0 + x1) / 2, top + plot_h + 6), str(j), fill=INK, font=label, anchor="mt")
+        if slanted:
+            slanted_text(image, ((x0 + x1) / 2 + 6, top + plot_h + 4), names[j], label, INK)
+        else:
+            draw.text(((x0 + x1) / 2, top + plot_h + 6), names[j], fill=INK, font=label, anchor="mt")
 
     for margin, name in ((M_PLUS, "m+"), (M_MINUS, "m-")):
         y = y_of(margin)
         for x in range(left, left + plot_w, 10):  # dashed
-            draw.line([(x, y), (min(x + 5, left + plot_w), y)], fill=(37, 99, 235), width=2)
-        draw.text((left + plot_w + 6, y), f"{name} = {margin:g}", fill=(37, 99, 235), font=small, anchor="lm")
+            draw.line([(x, y), (min(x + 5, left + plot_w), y)], fill=MARGIN, width=2)
+        draw.text((left + plot_w + 6, y), f"{name} = {margin:g}", fill=MARGIN, font=small, anchor="lm")
     return image
 
 
-def routing_heatmaps(maps: np.ndarray, lengths: np.ndarray, order: list[int], cell: int = 20) -> Image.Image:
-    """The per-class 6x6 routing maps as heat tiles in the given order, on one shared scale.
+def routing_heatmaps(maps: np.ndarray, lengths: np.ndarray, order: list[int], marks: dict[int, RGB],
+                     names: Sequence[str] = DIGITS, tile: int = 120) -> Image.Image:
+    """The per-class routing maps (a square primary grid each) as heat tiles in the given order, on one
+    shared scale.
 
-    One scale for all classes keeps them comparable: the digit that received the votes is bright,
-    the others stay dark. Each tile is labelled with its digit and capsule length.
+    One scale for all classes keeps them comparable: the class that received the votes is bright,
+    the others stay dark. Each tile is labelled with its class name (in its `marks` colour, if any) and
+    capsule length.
     """
     maps = np.asarray(maps, dtype=np.float32)
     scaled = maps / max(float(maps.max()), 1e-12)
-    grid = maps.shape[-1]
-    tile, gap, caption = grid * cell, 14, 28
+    cell = tile // maps.shape[-1]
+    side, gap, caption = cell * maps.shape[-1], 14, 28
+    name_font = fitting_font(names, side * 0.62, largest=22)
     columns = (len(order) + 1) // 2
-    image = Image.new("RGB", (columns * (tile + gap) + gap, 2 * (tile + caption + gap) + gap), PAPER)
+    image = Image.new("RGB", (columns * (side + gap) + gap, 2 * (side + caption + gap) + gap), PAPER)
     draw = ImageDraw.Draw(image)
     for k, j in enumerate(order):
-        x, y = gap + (k % columns) * (tile + gap), gap + (k // columns) * (tile + caption + gap)
+        x, y = gap + (k % columns) * (side + gap), gap + (k // columns) * (side + caption + gap)
         pixels = np.kron(heat(scaled[j]), np.ones((cell, cell, 1), dtype=np.uint8))
         image.paste(Image.fromarray(pixels, mode="RGB"), (x, y + caption))
-        colour = WINNER if k == 0 else INK
-        draw.text((x, y + caption - 6), str(j), fill=colour, font=font(22), anchor="ls")
-        draw.text((x + tile, y + caption - 6), f"{lengths[j]:.2f}", fill=MUTED, font=font(18), anchor="rs")
+        draw.text((x, y + caption - 6), names[j], fill=marks.get(j, INK), font=name_font, anchor="ls")
+        draw.text((x + side, y + caption - 6), f"{lengths[j]:.2f}", fill=MUTED, font=font(18), anchor="rs")
     return image
 
 
 def fig4_grid(tiles: np.ndarray, offsets: np.ndarray, scale: int = 2) -> Image.Image:
-    """The paper's Fig. 4: tiles (dims, steps, 28, 28) as one picture, rows = capsule dimensions.
+    """The paper's Fig. 4: tiles (dims, steps, size, size) as one picture, rows = capsule dimensions.
 
     Column headers are the perturbation added to that dimension; row labels are dimension numbers
     counted from 1.
@@ -112,7 +161,8 @@ def fig4_grid(tiles: np.ndarray, offsets: np.ndarray, scale: int = 2) -> Image.I
     image = Image.new("RGB", (left + steps * (side + gap), top + dims * (side + gap)), PAPER)
     draw = ImageDraw.Draw(image)
     for c, offset in enumerate(offsets):
-        draw.text((left + c * (side + gap) + side / 2, top - 6), f"{offset:+.2f}", fill=MUTED, font=font(11), anchor="ms")
+        draw.text((left + c * (side + gap) + side / 2, top - 6), f"{offset:+.2f}", fill=MUTED, font=font(11),
+                  anchor="ms")
     for r in range(dims):
         draw.text((left - 8, top + r * (side + gap) + side / 2), f"dim {r + 1}", fill=INK, font=font(12), anchor="rm")
         for c in range(steps):

@@ -1,29 +1,42 @@
 """The demo's handlers against the real API on loopback: predict, perturb, the Fig. 4 grid, and the
-states a person must see in words (empty canvas, API down, API starting, a refused file)."""
+states a person must see in words (empty canvas, API down, API starting, a refused file); then the
+Two digits (multimnist) and Fashion (fashion-mnist) tabs."""
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import gradio as gr
 import httpx
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
+from frontend import plots
 from frontend.app import (
     BRUSH_RADIUS,
     CANVAS,
     DRAW_A_DIGIT,
+    DRAW_TWO_DIGITS,
     EXAMPLES,
+    FASHION_EXAMPLES,
+    FASHION_TAB,
     OFFSETS,
+    PAIR_EXAMPLES,
+    PAIR_TAB,
+    SHOW_A_GARMENT,
     ApiClient,
+    PairView,
+    capsule_choices,
     fig4,
     fig4_tiles,
     model_footer,
     perturb,
     predict_drawing,
+    predict_stroke,
     predict_upload,
 )
-from model.contract import CAPSULE_DIM, IMAGE_SIZE, NUM_CLASSES, PERTURB_LIMIT, STROKE_RANGE
+from model.contract import CAPSULE_DIM, IMAGE_SIZE, MULTIMNIST_SIZE, NUM_CLASSES, PERTURB_LIMIT, STROKE_RANGE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,6 +158,14 @@ def test_empty_canvas_asks_for_a_digit(client):
         assert view.status == DRAW_A_DIGIT and view.capsules is None
 
 
+def test_fresh_paper_after_an_example_keeps_the_prediction(client):
+    """Putting fresh paper on the canvas (after an example or upload) is reported as a stroke too; it must
+    not replace the example's prediction with the prompt."""
+    paper = {"background": Image.new("RGB", (CANVAS, CANVAS), "white"), "layers": [], "composite": None}
+    assert all(value == gr.skip() for value in predict_stroke(client, paper))
+    assert predict_stroke(client, brushed(STROKES[7])).digit == 7
+
+
 def test_refused_file_shows_the_apis_words(client, tmp_path):
     not_an_image = tmp_path / "notes.png"
     not_an_image.write_text("this is not a picture")
@@ -171,3 +192,107 @@ def test_import_loads_neither_torch_nor_the_api():
     code = "import sys, frontend.app; print(sorted({'torch', 'app', 'training'} & {m.split('.')[0] for m in sys.modules}))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- the Two digits tab (multimnist, 36x36) and the Fashion tab (fashion-mnist) --------------------------
+PAIR_SIDE = MULTIMNIST_SIZE * plots.SCALE  # 288 px on screen
+
+
+def named_digits(status: str) -> list[str]:
+    """The digits a pair's status names in bold on its first line: '## Digits: **3** and **7**'."""
+    return re.findall(r"\*\*(\d)\*\*", status.splitlines()[0])
+
+
+@pytest.fixture(scope="module")
+def pair(api_url) -> PairView:
+    """The Two digits tab's view of the first generated pair example."""
+    return predict_upload(ApiClient(api_url, timeout_s=30.0), str(PAIR_EXAMPLES[0]), PAIR_TAB)
+
+
+@pytest.mark.parametrize("path", PAIR_EXAMPLES, ids=lambda p: p.name)
+def test_pair_examples_name_both_digits(client, path):
+    """A generated pair's file name starts with its two digits; the tab names both, in either order."""
+    view = predict_upload(client, str(path), PAIR_TAB)
+    assert sorted(named_digits(view.status)) == sorted(path.name[:2]), view.status
+
+
+@pytest.mark.parametrize("first, second", [(1, 7), (1, 4), (4, 7)])
+def test_two_digits_drawn_over_each_other_are_both_named(client, first, second):
+    lines = [[(x - 30, y) for x, y in line] for line in STROKES[first]]
+    lines += [[(x + 30, y) for x, y in line] for line in STROKES[second]]
+    view = predict_drawing(client, brushed(lines), PAIR_TAB)
+    assert sorted(named_digits(view.status)) == sorted(f"{first}{second}"), view.status
+
+
+def test_pair_view_shows_the_input_the_overlay_and_each_digit(pair):
+    assert pair.status.startswith("## Digits: ") and "(red)" in pair.status and "(green)" in pair.status
+    assert pair.input.size == pair.overlay.size == pair.first.size == pair.second.size == (PAIR_SIDE, PAIR_SIDE)
+    assert pair.overlay.mode == pair.first.mode == pair.second.mode == "RGB"
+    red, green = (np.asarray(image, dtype=np.int64).sum(axis=(0, 1)) for image in (pair.first, pair.second))
+    assert red[0] > red[1] and green[1] > green[0]  # the first digit drawn in red, the second in green
+    assert np.asarray(pair.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
+    assert pair.digit == int(named_digits(pair.status)[0])  # the red digit's capsule is the one to perturb
+    assert pair.lengths.size[0] > 0 and pair.routing.size[0] > 0
+    assert "multimnist" in pair.footer
+
+
+def test_either_pair_capsule_can_be_perturbed(client, pair):
+    zero = [0.0] * CAPSULE_DIM
+    moved = [PERTURB_LIMIT] + zero[1:]
+    for digit in map(int, named_digits(pair.status)):
+        before, after = (np.asarray(perturb(client, pair.capsules, digit, *deltas, model=PAIR_TAB.model))
+                         for deltas in (zero, moved))
+        assert before.shape == (PAIR_SIDE, PAIR_SIDE)
+        assert np.abs(after.astype(int) - before).max() > 0, digit
+
+
+def test_fig4_tiles_of_a_pair_are_36_px(client, pair):
+    capsule = np.asarray(pair.capsules, dtype=np.float32)[pair.digit]
+    tiles = fig4_tiles(client, capsule, pair.digit, PAIR_TAB.model)
+    assert tiles.shape == (CAPSULE_DIM, len(OFFSETS), MULTIMNIST_SIZE, MULTIMNIST_SIZE) == (16, 11, 36, 36)
+    side = 2 * MULTIMNIST_SIZE + 2  # 2x tiles + gaps
+    assert fig4(client, pair.capsules, pair.digit, PAIR_TAB.model).size == (52 + 11 * side, 24 + 16 * side)
+
+
+def test_fashion_examples_are_named_by_their_class(client):
+    """Each example's file name starts with its class index: at least 8 of the 10 are read as it."""
+    names = client.classes(FASHION_TAB.model)
+    assert len(FASHION_EXAMPLES) == NUM_CLASSES
+    views = [predict_upload(client, str(path), FASHION_TAB) for path in FASHION_EXAMPLES]
+    wrong = [(path.name, names[view.digit]) for path, view in zip(FASHION_EXAMPLES, views)
+             if view.digit != int(path.name.split("_")[0])]
+    assert len(wrong) <= 2, f"(example, predicted) for the misread garments: {wrong}"
+    for view in views:
+        assert view.status.startswith(f"## Prediction: **{names[view.digit]}**")
+
+
+def test_fashion_view_has_every_panel(client):
+    view = predict_upload(client, str(FASHION_EXAMPLES[0]), FASHION_TAB)
+    assert view.input.size == view.reconstruction.size == (224, 224)
+    assert view.lengths.size[0] > 0 and view.routing.size[0] > 0
+    assert "runner-up " in view.status and "fashion-mnist" in view.footer
+    zero = [0.0] * CAPSULE_DIM
+    moved = [PERTURB_LIMIT] + zero[1:]
+    before, after = (np.asarray(perturb(client, view.capsules, view.digit, *deltas, model=FASHION_TAB.model))
+                     for deltas in (zero, moved))
+    assert np.abs(after.astype(int) - before).max() > 0
+
+
+def test_capsule_choices_are_named_by_the_models_classes(client, unused_url):
+    radio = capsule_choices(client, FASHION_TAB.model)
+    assert [name for name, _ in radio.choices] == client.classes(FASHION_TAB.model)
+    assert [value for _, value in radio.choices] == list(range(NUM_CLASSES))
+    assert [name for name, _ in capsule_choices(client, PAIR_TAB.model).choices] == list(plots.DIGITS)
+    assert capsule_choices(ApiClient(unused_url, timeout_s=2.0), FASHION_TAB.model) == gr.skip()
+
+
+def test_each_tab_asks_for_its_input(client):
+    pair = predict_drawing(client, None, PAIR_TAB)
+    assert isinstance(pair, PairView) and pair.status == DRAW_TWO_DIGITS and pair.capsules is None
+    garment = predict_upload(client, None, FASHION_TAB)
+    assert garment.status == SHOW_A_GARMENT and garment.capsules is None
+
+
+def test_each_tabs_footer_names_its_model(client):
+    for tab in (PAIR_TAB, FASHION_TAB):
+        assert f"**{tab.model}**" in model_footer(client, tab.model)
