@@ -24,6 +24,7 @@ async def ready(engines: EnginesDep):
 
 @router.get("/model", response_model=ModelCard, summary="A model's card and the execution providers in use (?model=)",
             responses={404: {"model": ErrorMessage, "description": "no such model"},
+                       422: {"model": ErrorMessage, "description": "a model name that is not one (over 64 characters)"},
                        503: {"model": ErrorMessage, "description": "the model is not ready"}})
 async def model(engine: EngineDep) -> ModelCard:
     batching = Batching.model_validate(engine.settings, from_attributes=True)
