@@ -278,18 +278,18 @@ class Engines:
         settings: which models (settings.model_dirs) and the default one.
         metrics: shared by the engines.
     Raises:
-        ValueError or onnxruntime's error, prefixed with the model's name, if one cannot load.
+        ModelLoadError naming the model, if one cannot load (or, from warm_up, run).
     """
 
     def __init__(self, settings: Settings, metrics: EngineMetrics | None = None):
-        self.settings, self.default = settings, settings.default_model
+        self.default = settings.default_model
         self.engines: dict[str, Engine] = {}
         for name, directory in settings.model_dirs.items():
             try:
                 self.engines[name] = Engine(name, directory, settings, metrics)
             except Exception as exc:
                 self.close()
-                raise ModelLoadError(f"model {name} ({directory}): {' '.join(str(exc).split())}") from exc
+                raise ModelLoadError(f"model {name} ({directory}): {exc}") from exc
 
     def __getitem__(self, name: str) -> Engine:
         return self.engines[name]
@@ -316,8 +316,7 @@ class Engines:
             try:
                 engine.warm_up()
             except Exception as exc:
-                raise ModelLoadError(f"model {engine.name} ({engine.directory}): warm-up failed: "
-                                     f"{' '.join(str(exc).split())}") from exc
+                raise ModelLoadError(f"model {engine.name} ({engine.directory}): warm-up failed: {exc}") from exc
 
     def start(self) -> None:
         for engine in self:

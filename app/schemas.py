@@ -188,7 +188,7 @@ class ModelEntry(BaseModel):
     version: str = Field(description="first 12 hex digits of the served graph's sha256", examples=["d9a7094cb497"])
     task: str = Field(examples=["two overlapping handwritten digits (section 6)"])
     input_size: int = Field(description="side of the square input and of the reconstructions, px", examples=[36])
-    preprocessing: Literal["digit", "digit-pair", "garment"] = Field(description="what preprocess=auto does")
+    preprocessing: Literal[contract.PREPROCESSING] = Field(description="what preprocess=auto does")  # type: ignore[valid-type]
     objects: int = Field(description="objects in one image, named by the longest capsules", examples=[2])
     classes: list[str] = Field(examples=[[str(d) for d in range(C)]])
     accuracy: float | None = Field(description="held-out accuracy from the model card (see metric and test_set)",

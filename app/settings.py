@@ -89,13 +89,13 @@ class Settings(BaseSettings):
     @property
     def model_dirs(self) -> dict[str, Path]:
         """Served model name -> its folder, in the order of `models`."""
-        return dict(model_entry(entry) for entry in self.models)
+        return dict(contract.model_folder(entry) for entry in self.models)
 
     @model_validator(mode="after")
     def _model_files_exist(self) -> "Settings":
         if not self.models:
             raise ValueError("name at least one model to serve (models: " + ", ".join(contract.SHIPPED) + ")")
-        names = [model_entry(entry)[0] for entry in self.models]
+        names = [contract.model_folder(entry)[0] for entry in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"models names a model twice: {names}")
         for name, folder in self.model_dirs.items():
@@ -111,20 +111,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"default_model {self.default_model!r} is not among the served models {names}")
             self.default_model = names[0]
         return self
-
-
-def model_entry(entry: str) -> tuple[str, Path]:
-    """'NAME' (shipped) or 'NAME=DIR' -> (name, folder)."""
-    name, _, folder = entry.partition("=")
-    name = name.strip()
-    if not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise ValueError(f"model name {name!r} must be letters, digits, -, _ or . (models entry {entry!r})")
-    if folder.strip():
-        return name, Path(folder.strip())
-    if name not in contract.SHIPPED:
-        raise ValueError(f"no shipped model is called {name!r} (shipped: {', '.join(contract.SHIPPED)}); "
-                         f"serve a folder as {name}=DIR")
-    return name, contract.SHIPPED[name].directory
 
 
 @lru_cache

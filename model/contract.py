@@ -103,3 +103,19 @@ SHIPPED = {
     "multimnist": ShippedModel(MODEL_DIR / "multimnist", MULTIMNIST_SIZE),
     "affine": ShippedModel(MODEL_DIR / "affine", AFFINE_SIZE),
 }
+
+
+def model_folder(entry: str) -> tuple[str, Path]:
+    """A served model as `NAME` (a shipped model) or `NAME=DIR` (a folder as training/export.py writes it)
+    -> (name, folder); a ValueError with a sentence otherwise. The API's CAPSNET_MODELS and
+    training/triton.py's --model read it."""
+    name, _, folder = entry.partition("=")
+    name = name.strip()
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"model name {name!r} must be letters, digits, -, _ or . (in {entry!r})")
+    if folder.strip():
+        return name, Path(folder.strip())
+    if name not in SHIPPED:
+        raise ValueError(f"no shipped model is called {name!r} (shipped: {', '.join(SHIPPED)}); "
+                         f"name a folder as {name}=DIR")
+    return name, SHIPPED[name].directory

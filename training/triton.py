@@ -149,20 +149,18 @@ def write_repository(repo: Path, models: dict[str, Path] | None = None, max_batc
     return written
 
 
-def model_entry(text: str) -> tuple[str, Path]:
-    """--model NAME (shipped) or NAME=DIR."""
-    name, _, folder = text.partition("=")
-    if folder:
-        return name, Path(folder)
-    if name not in contract.SHIPPED:
-        raise argparse.ArgumentTypeError(f"no shipped model {name!r} ({', '.join(contract.SHIPPED)}); use NAME=DIR")
-    return name, contract.SHIPPED[name].directory
+def model_arg(text: str) -> tuple[str, Path]:
+    """--model NAME (shipped) or NAME=DIR (contract.model_folder), its sentence as argparse's error."""
+    try:
+        return contract.model_folder(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(prog="python -m training.triton", description=__doc__.splitlines()[0])
     p.add_argument("repo", type=Path, help="model repository folder to write")
-    p.add_argument("--model", type=model_entry, action="append", metavar="NAME[=DIR]",
+    p.add_argument("--model", type=model_arg, action="append", metavar="NAME[=DIR]",
                    help="a model to write: a shipped one by name or a folder as NAME=DIR (repeatable); "
                         "default: every shipped model")
     p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="Triton max_batch_size")

@@ -96,6 +96,8 @@ def test_one_folder_under_its_own_name(tmp_path):
     written = triton.main([str(tmp_path), "--model", f"mine={contract.SHIPPED['multimnist'].directory}"])
     assert sorted(c.parent.name for c in written) == ["mine", "mine_decoder"]
     assert read_config(tmp_path, "mine").name == "mine"
+    with pytest.raises(SystemExit):  # argparse says contract.model_folder's sentence and exits
+        triton.main([str(tmp_path), "--model", "nope"])
 
 
 def test_a_field_triton_does_not_know_fails_the_parse():
