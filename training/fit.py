@@ -104,6 +104,22 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+INT8_FEATURES = ("avx512_vnni", "avx_vnni", "amx_int8", "avx512f", "avx2")  # what picks ONNX Runtime's int8 kernels
+
+
+def cpu_features() -> str:
+    """The processor and the instruction sets that decide its int8 kernels (int8 results differ between
+    CPUs with and without VNNI), e.g. "Intel(R) Xeon(R) Processor @ 2.00GHz (avx512f, avx2; no VNNI)"."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return cpu_model()
+    have = [name for name in INT8_FEATURES if name in flags]
+    vnni = "" if any("vnni" in name for name in have) else "; no VNNI"
+    return f"{cpu_model()} ({', '.join(have) or 'none of ' + ', '.join(INT8_FEATURES)}{vnni})"
+
+
 def setup_backends(device: str) -> None:
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -30,7 +30,7 @@ from model import contract
 from training import data
 from training.evaluate import evaluate_onnx
 from training.export import compare_graphs, sha256, store_fp16_if_lossless
-from training.fit import cpu_model
+from training.fit import cpu_features, cpu_model
 
 CALIBRATION_IMAGES = 1000  # the first training images (never the test set)
 CALIBRATION_BATCH = 100
@@ -127,6 +127,7 @@ def quantize_model(model_dir: Path, data_dir: Path | None = None,
         "changed_predictions": changed,  # test images whose class differs from the fp32 graph's
         "max_abs_diff_vs_fp32": max_diff,  # over every output on the test set
         "session_run_ms": {f"batch_{n}": {name: timing[name][n] for name in timing} for n in TIMED_BATCHES},
+        "measured_on": cpu_features(),  # accuracy and timings: int8 kernels differ between CPUs
         "timed_on": f"{cpu_model()}, ONNX Runtime CPUExecutionProvider, default threads",
         "shipped": bool(drop <= MAX_ACCURACY_DROP and faster),
         "rule": f"shipped if within {100 * MAX_ACCURACY_DROP:g} points of the fp32 graph's test accuracy and "
