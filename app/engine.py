@@ -209,8 +209,12 @@ class Engine:
 
     async def predict(self, image: np.ndarray) -> Outputs:
         """One (size, size) float32 image in [0, 1] -> its outputs, batched with concurrent requests."""
-        outputs = await self._capsnet_batcher.submit(image[None, None].astype(np.float32))
-        return {name: out[0] for name, out in zip(self.output_names, outputs)}
+        return (await self.predict_many(image[None]))[0]
+
+    async def predict_many(self, images: np.ndarray) -> list[Outputs]:
+        """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests."""
+        outputs = await self._capsnet_batcher.submit(images[:, None].astype(np.float32))
+        return [{name: out[k] for name, out in zip(self.output_names, outputs)} for k in range(len(images))]
 
     async def reconstruct(self, classes: np.ndarray, capsules: np.ndarray) -> np.ndarray:
         """Classes (n,) and their 16D capsules (n, 16) -> decoder images (n, size, size).

@@ -21,9 +21,10 @@ the alpha channel: light ink on a black paper.
 
 A model's card names its preprocessing (model/contract.py's PREPROCESSING, app/spec.py): `digit` is the
 above; `digit-pair` is the same for two overlapping digits (MultiMNIST, section 6 of the paper), whose
-union is fitted into the ink box the training pairs' union had; `garment` follows how Fashion-MNIST
-was made from product photos (github.com/zalandoresearch/fashion-mnist, "Get the data"): trim the
-plain background, resize the longest edge to the frame, centre, negate, grey levels kept.
+union is fitted into the training pairs' median ink box and four boxes around it (candidates, of which
+the model reads the one it redraws best); `garment` follows how Fashion-MNIST was made from product
+photos (github.com/zalandoresearch/fashion-mnist, "Get the data"): trim the plain background, resize
+the longest edge to the frame, centre, negate, grey levels kept.
 """
 import base64
 import binascii
@@ -170,6 +171,8 @@ class Prepared(NamedTuple):
     """The model input and what was unusual on the way to it."""
     image: np.ndarray  # (size, size) float32, white on black
     warnings: list[str]
+    candidates: np.ndarray | None = None  # (k, size, size): inputs at k scales, `image` first; the one the
+    #                                       model's answer redraws best is read (a pair drawn at any size)
 
 
 def source(image: Image.Image) -> tuple[Image.Image, bool]:
@@ -422,15 +425,19 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     return out
 
 
-def digits(image: Image.Image, box: int | None, size: int, what: str) -> Prepared:
-    """One digit (or an overlapping pair, `what`) found, cropped, its stroke set, fitted and centred;
-    box None: a picture already at the model's scale, its ink only found and centred."""
+def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: str) -> Prepared:
+    """One digit (or an overlapping pair, `what`) found, cropped, its stroke set, fitted into each ink
+    box of `boxes` and centred (candidates when there are several, the first as the image); boxes None:
+    a picture already at the model's scale, its ink only found and centred."""
     picture, light_ink = source(image)
     paper, digit, factor = locate(picture, light_ink)
     ink, side = digit_ink(picture, paper, digit, factor)
-    if box is not None:
-        ink = normalise_stroke(ink, side, contract.INK_BOX / box)  # share: one digit's box over the whole ink's
-    return Prepared(fit_and_centre(ink, box, size), warnings_of(digit, what))
+    if boxes is None:
+        return Prepared(fit_and_centre(ink, None, size), warnings_of(digit, what))
+    # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
+    fitted = np.stack([fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box), box, size)
+                       for box in boxes])
+    return Prepared(fitted[0], warnings_of(digit, what), fitted if len(boxes) > 1 else None)
 
 
 def on_white(image: Image.Image) -> np.ndarray:
@@ -474,6 +481,7 @@ def garment(image: Image.Image, box: int, size: int) -> Prepared:
 
 
 PAIR = "two overlapping digits"
+PAIR_STEPS = (0, -4, -2, 2, 4)  # px added to the median union's ink box: the scales a drawn pair is read at
 
 
 def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMAGE_SIZE,
@@ -498,9 +506,13 @@ def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMA
     if kind == "digit-pair":
         # Two digits' union has no one size (each digit is 20 px, their shifts differ by up to 8): a picture
         # at the model's size is taken at its scale (fitting the union to the median box cost the model 13
-        # points on the card's test pairs: 71% vs 84%); a drawing or photo is fitted to the median union.
-        return digits(image, None if image.size == (size, size) else box, size, PAIR)
-    return digits(image, box, size, "one digit")
+        # points on the card's test pairs: 71% vs 84%); a drawing or photo is fitted to unions from 4 px
+        # under the median to 4 over, and the scale the model's answer redraws best is kept
+        # (app/routes/predict.py: read).
+        if image.size == (size, size):
+            return digits(image, None, size, PAIR)
+        return digits(image, tuple(box + step for step in PAIR_STEPS), size, PAIR)
+    return digits(image, (box,), size, "one digit")
 
 
 OVERLAY_INPUT = 0.35  # the input's brightness under the reconstructions of overlay()
