@@ -18,6 +18,8 @@ $ CAPSNET_DEMO_API_URL=http://api:8000 CAPSNET_DEMO_HOST=0.0.0.0 python -m front
 """
 import base64
 import io
+import threading
+from collections.abc import Callable, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -160,12 +162,24 @@ def seen_image(answer: dict[str, Any]) -> Image.Image:
     return plots.digit(np.asarray(decode_data_url(answer["input"]).convert("L")))
 
 
-def charts(answer: dict[str, Any], names: list[str], marks: dict[int, plots.RGB]) -> tuple[Image.Image, Image.Image]:
-    """The capsule lengths chart and the routing maps, the marked (answered) classes first."""
+def marks(answer: dict[str, Any]) -> dict[int, plots.RGB]:
+    """The answered classes and their colours: the prediction, or each object of a pair (red, green)."""
+    if "objects" in answer:
+        return {int(o["digit"]): colour for o, colour in zip(answer["objects"], plots.PAIR_COLOURS)}
+    return {int(answer["prediction"]): plots.WINNER}
+
+
+def lengths_chart(answer: dict[str, Any], names: list[str]) -> Image.Image:
+    return plots.lengths_chart(np.asarray(answer["probabilities"], dtype=np.float32), marks(answer), names)
+
+
+def routing_maps(answer: dict[str, Any], names: list[str]) -> Image.Image:
+    """The routing maps, the answered classes first, then by capsule length."""
     lengths = np.asarray(answer["probabilities"], dtype=np.float32)
-    order = list(marks) + [int(j) for j in np.argsort(-lengths) if j not in marks]
+    marked = marks(answer)
+    order = list(marked) + [int(j) for j in np.argsort(-lengths) if j not in marked]
     maps = np.asarray(answer["routing"]["maps"], dtype=np.float32)
-    return plots.lengths_chart(lengths, marks, names), plots.routing_heatmaps(maps, lengths, order, marks, names)
+    return plots.routing_heatmaps(maps, lengths, order, marked, names)
 
 
 def runner_up_and_warnings(answer: dict[str, Any]) -> str:
@@ -180,16 +194,17 @@ def answer_footer(answer: dict[str, Any], api_url: str) -> str:
 
 
 class PredictView(NamedTuple):
-    """One object (a digit, a garment): the Digit and Fashion tabs."""
+    """One object (a digit, a garment): the Digit and Fashion tabs. What shows at once; the routing maps
+    follow from `answer`."""
 
     status: str
     input: Image.Image | None  # the 28x28 image the model saw
     reconstruction: Image.Image | None
     lengths: Image.Image | None  # bar chart with m+ and m-
-    routing: Image.Image | None  # per-class routing maps on the primary grid, predicted class first
     capsules: list[list[float]] | None  # (10, 16), kept in gr.State for the perturbation panel
     digit: int | None  # the capsule to perturb: the prediction
     footer: str | dict  # model, version and provider; gr.skip() keeps the last one
+    answer: dict[str, Any] | None  # the API's answer, kept in gr.State for the routing maps
 
     @classmethod
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
@@ -197,10 +212,9 @@ class PredictView(NamedTuple):
         length = answer["probabilities"][prediction]
         status = (f"## Prediction: **{label}**\n"
                   f"Capsule length ‖v<sub>{label}</sub>‖ = {length:.3f}; " + runner_up_and_warnings(answer))
-        lengths, routing = charts(answer, names, {prediction: plots.WINNER})
         reconstruction = plots.digit(np.asarray(answer["reconstruction"]["image"]))
-        return cls(status, seen_image(answer), reconstruction, lengths, routing, answer["capsules"], prediction,
-                   answer_footer(answer, api_url))
+        return cls(status, seen_image(answer), reconstruction, lengths_chart(answer, names), answer["capsules"],
+                   prediction, answer_footer(answer, api_url), answer)
 
 
 class PairView(NamedTuple):
@@ -212,10 +226,10 @@ class PairView(NamedTuple):
     first: Image.Image | None  # the first digit redrawn from its own capsule, in red
     second: Image.Image | None  # the second, in green
     lengths: Image.Image | None
-    routing: Image.Image | None  # both digits' maps first
     capsules: list[list[float]] | None
     digit: int | None  # the capsule to perturb: the first digit's
     footer: str | dict
+    answer: dict[str, Any] | None
 
     @classmethod
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PairView":
@@ -225,13 +239,11 @@ class PairView(NamedTuple):
                   f"Capsule lengths ‖v<sub>{first['label']}</sub>‖ = {first['length']:.3f} (red) and "
                   f"‖v<sub>{second['label']}</sub>‖ = {second['length']:.3f} (green); "
                   + runner_up_and_warnings(answer))
-        marks = {int(o["digit"]): colour for o, colour in zip(objects, plots.PAIR_COLOURS)}
-        lengths, routing = charts(answer, names, marks)
         drawings = [plots.digit(np.asarray(o["reconstruction"]["image"]), colour=colour)
                     for o, colour in zip(objects, plots.PAIR_COLOURS)]
         overlay = plots.enlarge(decode_data_url(answer["overlay"]).convert("RGB"))
-        return cls(status, seen_image(answer), overlay, *drawings, lengths, routing, answer["capsules"],
-                   int(first["digit"]), answer_footer(answer, api_url))
+        return cls(status, seen_image(answer), overlay, *drawings, lengths_chart(answer, names), answer["capsules"],
+                   int(first["digit"]), answer_footer(answer, api_url), answer)
 
 
 View = PredictView | PairView
@@ -239,7 +251,7 @@ View = PredictView | PairView
 
 def message_view(view: type[View], status: str) -> View:
     """Words only (nothing drawn yet, an API error): every picture blank, the footer kept."""
-    return view(status, *[None] * (len(view._fields) - 2), gr.skip())
+    return view(status, *[None] * (len(view._fields) - 3), gr.skip(), None)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -316,13 +328,65 @@ def predict_drawing(client: ApiClient, editor: dict[str, Any] | None, tab: Tab =
     return predict_png(client, drawing_png(editor), tab)
 
 
-def predict_stroke(client: ApiClient, editor: dict[str, Any] | None, tab: Tab = DIGIT_TAB) -> View | tuple:
-    """After a stroke: the drawing's prediction. An empty canvas changes nothing: it is the fresh paper an
-    example or upload leaves, which the sketchpad reports as an input too."""
-    png = drawing_png(editor)
-    if png is None:
-        return tuple(gr.skip() for _ in tab.view._fields)
-    return predict_png(client, png, tab)
+def routing_view(client: ApiClient, answer: dict[str, Any] | None, tab: Tab = DIGIT_TAB) -> Image.Image | None:
+    """The routing maps of the answer on screen (none without one)."""
+    if answer is None:
+        return None
+    try:
+        return routing_maps(answer, client.classes(tab.model))
+    except ApiError:
+        return None
+
+
+DRAWING, UPLOAD = "drawing", "upload"  # the two inputs a tab can have on screen
+
+
+class Screen:
+    """What one tab shows in one browser session: which input is on screen (the drawing or the upload)
+    and which prediction started last. An answer is shown only if it is for the input on screen and no
+    prediction of the tab started after it: a late answer to an older drawing (a stroke's, slower than
+    the Predict click that followed it, or one drawn before an example was picked) never replaces a
+    newer one. Kept in a gr.State, one per session and tab, shared by that session's concurrent events."""
+
+    def __init__(self, source: str = DRAWING) -> None:
+        self.source, self.started = source, 0
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> "Screen":  # gr.State copies its value for each new session
+        return Screen(self.source)
+
+    def start(self, source: str | None = None) -> int:
+        """A prediction starts (and puts `source` on screen, if given): its ticket."""
+        with self.lock:
+            self.source = source or self.source
+            self.started += 1
+            return self.started
+
+    def switch(self, source: str) -> int | None:
+        """Put `source` on screen, starting a prediction, unless it is on screen already (None)."""
+        with self.lock:
+            if self.source == source:
+                return None
+            self.source, self.started = source, self.started + 1
+            return self.started
+
+    def shows(self, ticket: int, source: str) -> bool:
+        return ticket == self.started and source == self.source
+
+
+def shown(handler: Callable[..., Sequence], outputs: Sequence[gr.components.Component], source: str,
+          switch: bool = False, tab_select: bool = False) -> Callable[..., dict]:
+    """An event function: `handler`'s view keyed by `outputs`, or no update at all when the Screen (its
+    first input) says the view is not for what is on screen. `switch`: the event puts `source` on
+    screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected again, or by the
+    page's own script after an upload, has nothing new to say)."""
+    def run(screen: Screen, *inputs: Any) -> dict:
+        ticket = screen.switch(source) if tab_select else screen.start(source if switch else None)
+        view = handler(*inputs) if ticket is not None else None
+        if view is None or not screen.shows(ticket, source):
+            return {o: gr.skip() for o in outputs}
+        return dict(zip(outputs, view))
+    return run
 
 
 def predict_upload(client: ApiClient, path: str | None, tab: Tab = DIGIT_TAB) -> View:
@@ -395,13 +459,28 @@ each redrawn from its own capsule, in red and green over the input as in Fig. 5.
 CSS = """
 .status { min-height: 4.5em; }
 .pixels img { image-rendering: pixelated; }
+.sketch canvas { background: white; }
 """
 
 
-def blank_canvas() -> dict[str, Any]:
-    """White paper and no strokes; as a value, it also puts the brush in hand."""
-    paper = Image.new("RGB", (CANVAS, CANVAS), "white")  # black ink on white paper; the API reads the ink from alpha
-    return {"background": paper, "layers": [], "composite": None}
+# Fresh paper: no strokes and no background image, white by CSS. (A white background image from the
+# server was fetched and uploaded back by the sketchpad whenever the page read its value, some twenty
+# times per answer: seconds on a 2-core machine.)
+FRESH_PAPER = {"background": None, "layers": [], "composite": None}
+# Without a background image the sketchpad waits for its brush to be picked: the page picks it for the
+# person, on load, on a tab change and after the canvas is cleared (a script in the browser).
+BRUSH_IN_HAND = """() => {
+    const pick = (tries) => {
+        let waiting = false;
+        document.querySelectorAll('.sketch').forEach(sketch => {
+            const brush = sketch.querySelector('button[aria-label="Brush"]');
+            if (!brush || !sketch.checkVisibility()) { waiting = true; return; }
+            if (!sketch.querySelector('button[aria-label="Brush Size"]')) brush.click();
+        });
+        if (waiting && tries > 0) setTimeout(() => pick(tries - 1), 100);
+    };
+    pick(30);
+}"""
 
 
 def picture(label: str, elem_id: str) -> gr.Image:
@@ -409,16 +488,16 @@ def picture(label: str, elem_id: str) -> gr.Image:
     return gr.Image(label=label, format="png", height=200, buttons=[], elem_id=elem_id, elem_classes="pixels")
 
 
-def inputs(tab: Tab) -> tuple[gr.Sketchpad | None, gr.Button | None, gr.Image]:
-    """The tab's canvas (if it has one) and upload, with its examples below."""
+def inputs(tab: Tab) -> tuple[gr.Sketchpad | None, gr.Button | None, gr.Image, gr.Tab | None, gr.Tab | None]:
+    """The tab's canvas (if it has one) and upload, with its examples below; the Draw and Upload tabs."""
     upload = gr.Image(type="filepath", sources=["upload", "clipboard"], label=f"An image of {tab.subject}",
                       height=360, elem_id=f"{tab.prefix}upload", render=False)
-    sketch = button = None
+    sketch = button = draw_tab = upload_tab = None
     if tab.canvas:
-        with gr.Tabs():
-            with gr.Tab("Draw", id=f"{tab.prefix}draw"):
+        with gr.Tabs(elem_id=f"{tab.prefix}inputs"):
+            with gr.Tab("Draw", id=f"{tab.prefix}draw") as draw_tab:
                 sketch = gr.Sketchpad(
-                    value=blank_canvas(),
+                    value=FRESH_PAPER,
                     type="pil",
                     format="png",
                     canvas_size=(CANVAS, CANVAS),
@@ -428,15 +507,16 @@ def inputs(tab: Tab) -> tuple[gr.Sketchpad | None, gr.Button | None, gr.Image]:
                     transforms=(),
                     label=f"Draw {tab.subject}",
                     elem_id=f"{tab.prefix}sketch",
+                    elem_classes="sketch",
                 )
                 button = gr.Button("Predict", variant="primary")
-            with gr.Tab("Upload", id=f"{tab.prefix}upload-tab"):
+            with gr.Tab("Upload", id=f"{tab.prefix}upload-tab") as upload_tab:
                 upload.render()
     else:
         upload.render()
     gr.Examples(examples=[[str(p)] for p in tab.examples], inputs=[upload], label=tab.examples_label,
                 elem_id=f"{tab.prefix}examples")
-    return sketch, button, upload
+    return sketch, button, upload, draw_tab, upload_tab
 
 
 def answer_column(tab: Tab) -> tuple[gr.Markdown, list[gr.Image], gr.Image]:
@@ -508,7 +588,7 @@ def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
     with gr.Tab(tab.title, id=tab.model) as page:
         with gr.Row(equal_height=False):
             with gr.Column(scale=4, min_width=360):
-                sketch, button, upload = inputs(tab)
+                sketch, button, upload, draw_tab, upload_tab = inputs(tab)
             with gr.Column(scale=5, min_width=360):
                 status, pictures, lengths = answer_column(tab)
             with gr.Column(scale=4, min_width=360):
@@ -516,16 +596,33 @@ def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
         capsules = gr.State(None)
         digit = perturbation_panel(client, tab, capsules)
 
-    views = [status, *pictures, lengths, routing, capsules, digit, footer]
+    answer, screen = gr.State(None), gr.State(Screen(DRAWING if tab.canvas else UPLOAD))
+    views = [status, *pictures, lengths, capsules, digit, footer, answer]
     api = tab.prefix.replace("-", "_")
+    maps = dict(fn=partial(routing_view, client, tab=tab), inputs=[answer], outputs=routing, show_progress="hidden")
+    drawn, uploaded = partial(predict_drawing, client, tab=tab), partial(predict_upload, client, tab=tab)
     if sketch is not None:  # .input fires after each stroke (.change does not)
-        sketch.input(partial(predict_stroke, client, tab=tab), [sketch], views, **LIVE, api_visibility="private")
-        button.click(partial(predict_drawing, client, tab=tab), [sketch], views, **LIVE,
-                     api_name=f"{api}predict_drawing")
-        # An example or upload replaces the drawing (gr.Tabs(selected=...) does not switch away from a sketchpad).
-        upload.change(blank_canvas, None, sketch, api_visibility="private")
-        sketch.clear(blank_canvas, None, sketch, api_visibility="private")  # fresh paper, brush in hand
-    upload.change(partial(predict_upload, client, tab=tab), [upload], views, **LIVE, api_name=f"{api}predict_upload")
+        # A stroke and the Predict click are one event, so the browser runs them in turn: a click during a
+        # stroke's prediction waits and then reads the canvas as it is by then.
+        gr.on([sketch.input, button.click], shown(drawn, views, DRAWING), [screen, sketch], views, **LIVE,
+              api_name=f"{api}predict_drawing").then(**maps)
+        sketch.clear(None, js=BRUSH_IN_HAND)
+        sketch.clear(shown(partial(predict_png, client, None, tab=tab), views, DRAWING, switch=True), [screen], views,
+                     api_visibility="private").then(**maps)  # and the prompt again
+        # The tab in view answers: switching to Draw reads the drawing (or asks for one), to Upload the image.
+        draw_tab.select(None, js=BRUSH_IN_HAND)
+        draw_tab.select(shown(drawn, views, DRAWING, tab_select=True), [screen, sketch], views, **LIVE,
+                        api_visibility="private").then(**maps)
+        upload_tab.select(shown(uploaded, views, UPLOAD, tab_select=True), [screen, upload], views, **LIVE,
+                          api_visibility="private").then(**maps)
+        # An example or upload is shown in the Upload tab (a script: gr.Tabs(selected=...) does not switch
+        # away from a sketchpad); the drawing stays in the Draw tab for later.
+        upload.change(None, js=f"""() => [...document.querySelectorAll('#{tab.prefix}inputs button[role="tab"]')]
+            .filter(b => b.innerText.trim() === 'Upload' && b.getAttribute('aria-selected') !== 'true')
+            .forEach(b => b.click())""")
+    upload.change(shown(uploaded, views, UPLOAD, switch=True), [screen, upload], views, **LIVE,
+                  api_name=f"{api}predict_upload").then(**maps)
+    page.select(None, js=BRUSH_IN_HAND)
     page.select(partial(model_footer, client, tab.model), None, footer, show_progress="hidden",
                 api_visibility="private")
     return digit
@@ -540,6 +637,7 @@ def build_demo(settings: DemoSettings) -> gr.Blocks:
             radios = [model_tab(client, tab, footer) for tab in TABS]
         footer.render()
         demo.load(partial(model_footer, client), None, footer, api_name="model")
+        demo.load(None, js=BRUSH_IN_HAND)
         for tab, radio in zip(TABS, radios):
             demo.load(partial(capsule_choices, client, tab.model), None, radio, api_visibility="private")
     return demo

@@ -8,6 +8,7 @@ tinted), `lengths_chart` (the 10 capsule lengths with the margin-loss lines m+ a
 """
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps
@@ -31,7 +32,9 @@ HEAT = np.array(
 )
 
 
+@lru_cache(maxsize=None)
 def font(size: int) -> ImageFont.FreeTypeFont:
+    """Pillow's bundled font at `size` px, loaded once (loading it costs more than drawing a chart)."""
     return ImageFont.load_default(size=size)
 
 

@@ -6,9 +6,11 @@ Uses Debian's chromium (/usr/bin/chromium) through Playwright, never Playwright'
 CAPSNET_SCREENSHOT=1 also writes the Digit tab's screenshot to docs/demo.png (the README shows it) and
 the Two digits tab's to docs/demo_pairs.png.
 """
+import io
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,186 @@ def test_fashion_tab_names_a_garment(page, demo_url, tmp_path):
     expect(page.locator("#fashion-capsule")).to_contain_text("Ankle boot")  # the capsules named by class
     expect(page.locator("#fashion-grid img")).to_be_visible()
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
+
+
+# --- drawing as people do: several strokes at a person's pace, Predict at once or after a pause ----------
+# Strokes in units of the canvas's half side, from its centre (x right, y down). Each digit's first stroke
+# alone reads as another digit or none (an L is a 2), so an answer to the unfinished drawing shows.
+DIGIT_STROKES = {
+    "4": [[(-0.35, -0.6), (-0.45, 0.1), (0.35, 0.1)], [(0.15, -0.6), (0.15, 0.7)]],
+    "5": [[(-0.3, -0.6), (-0.35, -0.05), (0.1, -0.15), (0.35, 0.1), (0.3, 0.45), (-0.05, 0.65), (-0.35, 0.5)],
+          [(-0.3, -0.6), (0.35, -0.6)]],
+    "7": [[(-0.4, -0.6), (0.4, -0.6), (-0.05, 0.7)], [(-0.2, 0.05), (0.3, 0.05)]],
+    "1": [[(-0.2, -0.45), (0.0, -0.65), (0.0, 0.65)], [(-0.25, 0.65), (0.25, 0.65)]],
+}
+# Two digits side by side, overlapping a little: a 4 of two strokes and a 7 with a bar, then the same
+# two digits the other way round. (Their first strokes read as other digits: an L is a 2.)
+FOUR, SEVEN = DIGIT_STROKES["4"], DIGIT_STROKES["7"]
+PAIR_STROKES = [[[(0.6 * x + dx, 0.8 * y) for x, y in stroke] for stroke, dx in pair]
+                for pair in ([(s, -0.3) for s in FOUR] + [(s, 0.3) for s in SEVEN],
+                             [(s, -0.3) for s in SEVEN] + [(s, 0.3) for s in FOUR])]
+PACE_S = 0.4  # between a person's strokes
+PAUSE_S = 1.5  # a person looking at the drawing before clicking Predict
+ANSWER_S = 8.0  # from the click to the answer for the whole drawing, on a busy 2-core CI machine
+SETTLE_S = 3.0  # after it, time for any late answer to arrive
+ROUNDS = 2  # each drawing twice, Predict at once and after a pause
+JITTER_S = (1.0, 0.0, 0.0)  # the API's delay for the 1st, 2nd, 3rd... /predict, in turn: answers overtake
+# each other as they do over a busy network or on a shared server, so a late answer to an unfinished
+# drawing (a stroke's) can arrive after the whole drawing's (the click's)
+
+
+@pytest.fixture(scope="module")
+def jittery_demo_url(api_url):
+    """The demo asking the API through a proxy that delays /predict by JITTER_S in turn."""
+    import asyncio
+    import itertools
+    import threading
+
+    import httpx
+    import uvicorn
+    from fastapi import FastAPI, Request, Response
+
+    from frontend.app import DemoSettings, launch
+    from tests.conftest import free_port, wait_until_ready
+
+    proxy, delays = FastAPI(), itertools.cycle(JITTER_S)
+
+    @proxy.api_route("/{path:path}", methods=["GET", "POST"])
+    async def forward(path: str, request: Request) -> Response:
+        if path == "predict":
+            await asyncio.sleep(next(delays))
+        async with httpx.AsyncClient(timeout=30) as client:
+            answer = await client.request(request.method, f"{api_url}/{path}", params=request.query_params,
+                                          content=await request.body(),
+                                          headers={"content-type": request.headers.get("content-type", "")})
+        return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(proxy, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="jittery-api", daemon=True)
+    thread.start()
+    wait_until_ready(f"http://127.0.0.1:{port}", thread)
+    settings = DemoSettings(api_url=f"http://127.0.0.1:{port}", host="127.0.0.1", port=free_port(), timeout_s=30.0)
+    demo = launch(settings, prevent_thread_lock=True, quiet=True)
+    yield f"http://{settings.host}:{settings.port}"
+    demo.close()
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def draw(page, sketch: str, strokes: list[list[tuple[float, float]]]) -> None:
+    """Draw the strokes on the sketchpad `sketch` (its elem_id) at a person's pace."""
+    box = page.locator(f"#{sketch} canvas").first.bounding_box()
+    cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
+    for k, points in enumerate(strokes):
+        if k:
+            page.wait_for_timeout(PACE_S * 1000)
+        stroke(page, [(cx + x * r, cy + y * r) for x, y in points])
+
+
+def api_reads(page, api_url: str, sketch: str, model: str) -> list[str]:
+    """What the API answers for the whole drawing on screen (the canvas as the browser shows it, its
+    ink in alpha as the sketchpad sends it): the labels of its objects, longest capsule first."""
+    import httpx
+    from PIL import Image, ImageOps
+
+    shot = Image.open(io.BytesIO(page.locator(f"#{sketch} canvas").first.screenshot())).convert("L")
+    ink = Image.new("RGBA", shot.size, (0, 0, 0, 0))
+    ink.putalpha(ImageOps.invert(shot))
+    buffer = io.BytesIO()
+    ink.save(buffer, "PNG")
+    answer = httpx.post(f"{api_url}/predict", params={"model": model, "include": ""},
+                        files={"file": ("drawing.png", buffer.getvalue(), "image/png")}, timeout=30).json()
+    return [o["label"] for o in answer["objects"]] if "objects" in answer else [answer["label"]]
+
+
+ANSWERS = r"(?:Prediction|Digits): (\S+)(?: and (\S+))?"
+RECORD_ANSWERS = """([status, pattern]) => {
+    window.__answers = [];
+    const element = document.querySelector('#' + status);
+    const note = () => {
+        const match = element.innerText.replaceAll('*', '').match(new RegExp(pattern));
+        const labels = match ? [match[1], match[2]].filter(Boolean) : [];
+        const last = window.__answers[window.__answers.length - 1];
+        if (labels.length && (!last || last.join() !== labels.join())) window.__answers.push(labels);
+    };
+    if (window.__observer) window.__observer.disconnect();
+    window.__observer = new MutationObserver(note);
+    window.__observer.observe(element, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def answered(page, status: str) -> list[str]:
+    """The labels the status names now: "Prediction: 4" or "Digits: 4 and 7"."""
+    match = re.search(ANSWERS, page.locator(f"#{status}").inner_text().replace("*", ""))
+    return [label for label in match.groups() if label] if match else []
+
+
+@pytest.mark.parametrize("tab, prefix, model", [("Digit", "", "mnist"), ("Two digits", "pair-", "multimnist")])
+def test_the_answer_on_screen_is_for_the_whole_drawing(page, jittery_demo_url, api_url, tab, prefix, model):
+    """Multi-stroke digits drawn at a person's pace, Predict clicked at once and after a pause, the API's
+    answers overtaking each other: the answer for the whole drawing comes, and no late answer to its
+    first strokes replaces it (the last answer shown is the whole drawing's). Failed on 65f6eb5: a
+    stroke's late answer replaced the click's (answers shown in turn: 4, then 2 for the L)."""
+    open_demo(page, jittery_demo_url)
+    page.get_by_role("tab", name=tab, exact=True).click()
+    drawings = DIGIT_STROKES.values() if model == "mnist" else PAIR_STROKES
+    wrong = []
+    for trial in range(ROUNDS):
+        for strokes in drawings:
+            page.locator(f"#{prefix}sketch button[aria-label='Clear canvas']").click()
+            page.wait_for_timeout(1500)  # the prompt shows again
+            page.evaluate(RECORD_ANSWERS, [f"{prefix}status", ANSWERS])  # every new answer from here on, in turn
+            draw(page, f"{prefix}sketch", strokes)
+            if trial % 2:
+                page.wait_for_timeout(PAUSE_S * 1000)
+            page.locator("button:visible", has_text="Predict").click()
+            expected = api_reads(page, api_url, f"{prefix}sketch", model)
+            deadline = time.monotonic() + ANSWER_S
+            while answered(page, f"{prefix}status") != expected and time.monotonic() < deadline:
+                page.wait_for_timeout(50)
+            on_time = answered(page, f"{prefix}status")
+            page.wait_for_timeout(SETTLE_S * 1000)
+            seen = page.evaluate("() => window.__answers")
+            if not (on_time == expected and seen and seen[-1] == expected):
+                wrong.append((trial, expected, seen))
+    assert not wrong, f"(round, the API's answer for the whole drawing, every answer shown in turn): {wrong}"
+
+
+# --- the answer as the pen lifts: click an example, time until its answer is on screen ------------------
+# The prediction, lengths and model input on screen after a click (routing and Fig. 4 follow): the
+# target is 250 ms; on this project's 2-core machine, where headless Chromium's software WebGL keeps
+# one core busy drawing the sketchpads, the median was 433 ms (1,666 ms before the demo stopped the
+# sketchpads' re-uploads). The bound catches a return of those.
+ANSWER_MS = 600
+CLICK_TO_ANSWER = """(k) => new Promise(resolve => {
+    const example = document.querySelectorAll('#examples img')[k];
+    const digit = example.getAttribute('src').split('/').pop()[0];
+    const seen = () => document.querySelector('#seen img');
+    const before = seen() ? seen().getAttribute('src') : null;
+    const t0 = performance.now();
+    const check = () => {
+        const text = document.querySelector('#status').innerText.replace(/\\*/g, '');
+        const image = seen();
+        if (text.includes('Prediction: ' + digit) && image && image.getAttribute('src') !== before && image.complete) {
+            observer.disconnect();
+            resolve(performance.now() - t0);
+        }
+    };
+    const observer = new MutationObserver(check);
+    observer.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+    example.click();
+})"""
+
+
+def test_an_example_is_answered_at_once(page, demo_url):
+    """From the click on an example to its prediction and model input on screen, in the browser's own
+    clock: the median of two rounds over the ten examples."""
+    open_demo(page, demo_url)
+    times = []
+    for k in [3, 7, 1, 8, 0, 5, 2, 9, 4, 6] * 2:
+        times.append(page.evaluate(CLICK_TO_ANSWER, k))
+        page.wait_for_timeout(1000)  # the routing maps and Fig. 4 of the answer follow
+    median = sorted(times)[len(times) // 2]
+    print(f"click to answer: median {median:.0f} ms, max {max(times):.0f} ms over {len(times)} clicks")
+    assert median <= ANSWER_MS, f"median {median:.0f} ms (target {ANSWER_MS}); every click: {[round(t) for t in times]}"

@@ -1,6 +1,7 @@
 """The demo's handlers against the real API on loopback: predict, perturb, the Fig. 4 grid, and the
 states a person must see in words (empty canvas, API down, API starting, a refused file); then the
 Two digits (multimnist) and Fashion (fashion-mnist) tabs."""
+import copy
 import re
 import subprocess
 import sys
@@ -23,18 +24,22 @@ from frontend.app import (
     FASHION_TAB,
     OFFSETS,
     PAIR_EXAMPLES,
+    DRAWING,
     PAIR_TAB,
     SHOW_A_GARMENT,
+    UPLOAD,
     ApiClient,
     PairView,
+    Screen,
     capsule_choices,
     fig4,
     fig4_tiles,
     model_footer,
     perturb,
     predict_drawing,
-    predict_stroke,
     predict_upload,
+    routing_view,
+    shown,
 )
 from model.contract import CAPSULE_DIM, IMAGE_SIZE, MULTIMNIST_SIZE, NUM_CLASSES, PERTURB_LIMIT, STROKE_RANGE
 
@@ -69,9 +74,45 @@ def test_prediction_view_has_every_panel(client, mnist_fixture):
     view = predict_drawing(client, drawing(mnist_fixture[0][0]))
     assert f"Prediction: **{view.digit}**" in view.status
     assert view.input.size == view.reconstruction.size == (224, 224)
-    assert view.lengths.size[0] > 0 and view.routing.size[0] > 0
+    assert view.lengths.size[0] > 0 and routing_view(client, view.answer).size[0] > 0
     assert np.asarray(view.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
     assert "version" in view.footer and "CPUExecutionProvider" in view.footer
+    assert view.answer["prediction"] == view.digit  # the answer kept for the routing maps is this one
+
+
+def test_routing_maps_put_the_answer_first(client, mnist_fixture):
+    """The maps follow the answer in a second step: the predicted class's tile first, drawn in its colour."""
+    view = predict_drawing(client, drawing(mnist_fixture[0][0]))
+    maps = np.asarray(routing_view(client, view.answer), dtype=np.int64)
+    first_label = maps[14:40, 14:50]  # the first tile's caption: the predicted class, in the winner's colour
+    assert (np.abs(first_label - np.array(plots.WINNER)).sum(axis=-1) < 60).any()
+    assert routing_view(client, None) is None  # nothing answered: no maps
+
+
+def test_an_answer_shows_only_for_what_is_on_screen():
+    """Screen: the newest prediction of what is on screen shows; an older one, or one for the input
+    no longer on screen, does not (the race between a stroke's answer and the Predict click's)."""
+    screen = copy.deepcopy(Screen(DRAWING))  # as gr.State gives each session its own
+    stroke = screen.start()  # the first stroke's prediction starts...
+    click = screen.start(DRAWING)  # ...and the click's, for the whole drawing, after it
+    assert screen.shows(click, DRAWING) and not screen.shows(stroke, DRAWING)
+    late_drawing = screen.start()  # a drawing's answer still on its way...
+    example = screen.start(UPLOAD)  # ...when an example is picked: the example is on screen
+    assert screen.shows(example, UPLOAD) and not screen.shows(late_drawing, DRAWING)
+    assert screen.switch(UPLOAD) is None  # the Upload tab selected by the page's script: nothing new
+    assert screen.shows(screen.switch(DRAWING), DRAWING)  # back to the Draw tab: the drawing answers
+
+
+def test_an_event_keys_its_view_by_component_and_drops_stale_ones():
+    outputs = [gr.Markdown(), gr.Markdown()]
+    screen = Screen(DRAWING)
+    run = shown(lambda text: (text, text.upper()), outputs, DRAWING, switch=True)
+    assert run(screen, "a") == {outputs[0]: "a", outputs[1]: "A"}
+
+    def overtaken(text):  # a newer prediction starts while this one waits for the API
+        screen.start(DRAWING)
+        return text, text
+    assert all(value == gr.skip() for value in shown(overtaken, outputs, DRAWING)(screen, "b").values())
 
 
 # Digits as a mouse draws them: polylines (x, y) on the 400 px canvas, 250 px tall.
@@ -158,14 +199,6 @@ def test_empty_canvas_asks_for_a_digit(client):
         assert view.status == DRAW_A_DIGIT and view.capsules is None
 
 
-def test_fresh_paper_after_an_example_keeps_the_prediction(client):
-    """Putting fresh paper on the canvas (after an example or upload) is reported as a stroke too; it must
-    not replace the example's prediction with the prompt."""
-    paper = {"background": Image.new("RGB", (CANVAS, CANVAS), "white"), "layers": [], "composite": None}
-    assert all(value == gr.skip() for value in predict_stroke(client, paper))
-    assert predict_stroke(client, brushed(STROKES[7])).digit == 7
-
-
 def test_refused_file_shows_the_apis_words(client, tmp_path):
     not_an_image = tmp_path / "notes.png"
     not_an_image.write_text("this is not a picture")
@@ -224,7 +257,7 @@ def test_two_digits_drawn_over_each_other_are_both_named(client, first, second):
     assert sorted(named_digits(view.status)) == sorted(f"{first}{second}"), view.status
 
 
-def test_pair_view_shows_the_input_the_overlay_and_each_digit(pair):
+def test_pair_view_shows_the_input_the_overlay_and_each_digit(client, pair):
     assert pair.status.startswith("## Digits: ") and "(red)" in pair.status and "(green)" in pair.status
     assert pair.input.size == pair.overlay.size == pair.first.size == pair.second.size == (PAIR_SIDE, PAIR_SIDE)
     assert pair.overlay.mode == pair.first.mode == pair.second.mode == "RGB"
@@ -232,7 +265,7 @@ def test_pair_view_shows_the_input_the_overlay_and_each_digit(pair):
     assert red[0] > red[1] and green[1] > green[0]  # the first digit drawn in red, the second in green
     assert np.asarray(pair.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
     assert pair.digit == int(named_digits(pair.status)[0])  # the red digit's capsule is the one to perturb
-    assert pair.lengths.size[0] > 0 and pair.routing.size[0] > 0
+    assert pair.lengths.size[0] > 0 and routing_view(client, pair.answer, PAIR_TAB).size[0] > 0
     assert "multimnist" in pair.footer
 
 
@@ -269,7 +302,7 @@ def test_fashion_examples_are_named_by_their_class(client):
 def test_fashion_view_has_every_panel(client):
     view = predict_upload(client, str(FASHION_EXAMPLES[0]), FASHION_TAB)
     assert view.input.size == view.reconstruction.size == (224, 224)
-    assert view.lengths.size[0] > 0 and view.routing.size[0] > 0
+    assert view.lengths.size[0] > 0 and routing_view(client, view.answer, FASHION_TAB).size[0] > 0
     assert "runner-up " in view.status and "fashion-mnist" in view.footer
     zero = [0.0] * CAPSULE_DIM
     moved = [PERTURB_LIMIT] + zero[1:]
