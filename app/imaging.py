@@ -8,10 +8,15 @@ pixels. The model wants white ink (1.0) on black (0.0) (model/contract.py).
 
 People send photos, scans and canvases, not MNIST, so before that the ink is found the way a photo
 needs (each step is one function below):
-  1. locate: on a copy box-reduced to LOCATE_SIZE, fit the paper's lighting (a quadratic surface,
-     robust to the ink), measure the sensor noise around it, tell dark ink from light ink, threshold
-     the ink with hysteresis (noise floor, then Otsu), label the connected parts and keep those that
-     make the digit (the heaviest and the parts near it; specks and far shapes are dropped).
+  1. locate: on a copy box-reduced to LOCATE_SIZE, find the paper under the ink: what most of the
+     picture's frame shows, either flat (the frame's most common level) or lit unevenly (a quadratic
+     surface, robust to the ink), whichever more of the frame lies on. A gradient spreads the frame
+     over many levels; a broad, blurry digit that fills its frame (a thumbnail, an old scan, a webcam
+     crop) bends the surface towards itself, off the frame, and is read on flat paper. Then measure
+     the noise where no ink inflates it (the finest detail, and the paper's side of the ink), tell
+     dark ink from light ink, threshold the ink with hysteresis (noise floor, then Otsu), label the
+     connected parts and keep those that make the digit (the heaviest and the parts near it; specks
+     and far shapes are dropped).
   2. normalise: crop the digit from the full picture (at most NORM_BOX px), measure its stroke width
      at NORM_BOX px (the distance transform on the medial axis) and, when it is outside MNIST's range
      (contract.STROKE_RANGE), erode or dilate it to MNIST's median, so a marker's loops stay open.
@@ -46,6 +51,7 @@ LOCATE_SIZE = 128  # the paper, the ink and the digit's parts are found on a cop
 NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
 INK_FLOOR = 0.15  # ink below this fraction of the strongest ink is background noise (JPEG ringing)
 NOISE_FLOOR = 4.0  # ink must also stand this many noise deviations (sigma) off the paper
+PAPER_BAND = 3.0  # a pixel within this many noise deviations (plus a grey level) of a paper model is paper
 MIN_CONTRAST = 0.1  # an image whose ink never differs from the background by this much is blank
 LOW_CONTRAST = 0.25  # below this the answer comes with a warning
 NEAR_PART = 0.5  # a part this close to the digit (fraction of its longer side) belongs to it
@@ -56,6 +62,7 @@ LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's c
 BORDER = 0.02  # garment: the frame (fraction of the longer side) whose median is the background
 TRIM = 0.05  # garment: what differs from the background by less is trimmed (Fashion-MNIST's 5% distance)
 DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
+NO_INK = "no ink stands out from the noise: the image looks like blank paper; send a digit"
 
 
 class ImageError(ValueError):
@@ -155,7 +162,7 @@ def channels(image: Image.Image) -> tuple[np.ndarray, np.ndarray | None]:
 class Paper(NamedTuple):
     """What lies under the ink: the paper's lighting, the noise on it and which way the ink goes."""
     surface: np.ndarray  # (6,) quadratic in (u, v), the picture's coordinates scaled to [-1, 1]
-    sigma: float  # the noise's standard deviation around the surface, 1.4826 x its MAD
+    sigma: float  # the noise's standard deviation on the paper (fit_paper)
     polarity: float  # +1: ink lighter than the paper, -1: darker
 
 
@@ -215,32 +222,82 @@ def robust_sigma(r: np.ndarray) -> float:
     return 1.4826 * float(median(np.abs(r).ravel())) if r.size else 0.0
 
 
-def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
-    """The paper's brightness as a quadratic surface, fitted to block medians of x by least squares
-    that drop outliers (3 rounds, 2.5 sigma), then the noise around it and the ink's polarity; and
-    the ink of x (its distance from the paper, towards the ink; negative: paper noise).
+def noise_sigma(x: np.ndarray) -> float:
+    """The noise's standard deviation from x's finest diagonal detail: the MAD of its 2x2 Haar HH
+    coefficients / 0.6745 (Donoho & Johnstone 1994), which lighting, a broad or blurry stroke and
+    straight edges hardly change."""
+    h, w = x.shape
+    b = x[:h - h % 2, :w - w % 2]
+    return robust_sigma((b[0::2, 0::2] - b[0::2, 1::2] - b[1::2, 0::2] + b[1::2, 1::2]) / 2)
 
-    Assumes the paper is most of the picture (ink under half of each row of blocks is fine: block
-    medians ignore thin strokes, the rounds drop blocks a thick one fills) and that its lighting is
-    smooth (a gradient and vignetting are quadratics). Polarity: the ink is the side whose extreme
-    lies further from the paper after a 3x3 mean (which a lone noisy pixel cannot win). A picture
-    whose border is one exact value (a canvas, a rendered PNG) has flat paper: that value, no fit.
+
+def peak(values: np.ndarray, sigma: float) -> float:
+    """The most common grey level of values in [0, 1]: their 256-level histogram's peak, smoothed over the noise."""
+    counts = np.bincount(np.round(values * 255).astype(np.int32), minlength=256).astype(np.float32)
+    return float(np.argmax(ndimage.gaussian_filter1d(counts, max(0.5, 255 * sigma), mode="constant"))) / 255
+
+
+def paper_sigma(a: np.ndarray) -> float:
+    """The noise's standard deviation from the paper's side of an ink map (ink positive): sqrt(pi / 2)
+    x the mean of |a| where a <= 0, a half-normal's. No ink lies on that side, so a digit that fills
+    its frame does not inflate it; a mean, unlike a median, is not rounded to the 8-bit grey levels."""
+    side = np.count_nonzero(a <= 0)
+    return math.sqrt(math.pi / 2) * float(-np.minimum(a, 0.0).sum()) / side if side else 0.0
+
+
+def frame(x: np.ndarray) -> np.ndarray:
+    """The outermost pixels of x, each side in turn."""
+    return np.concatenate([x[0], x[-1], x[:, 0], x[:, -1]])
+
+
+def paper_surface(x: np.ndarray, basis: np.ndarray, noise: float) -> np.ndarray:
+    """The paper's brightness under x as the 6 coefficients of a quadratic (basis: quadratic() of x's
+    pixels): what most of the picture's frame shows (ink crosses the frame but does not fill it).
+
+    A frame that is one exact value (a canvas, a rendered PNG) is flat paper of that value. Otherwise
+    the paper is flat (the mean of the pixels within PAPER_BAND noise deviations of the frame's most
+    common level) or lit unevenly (fit_surface), whichever more of the frame lies within PAPER_BAND
+    noise deviations of. A gradient or vignetting spreads the frame over many levels, so its surface
+    wins; a broad, blurry stroke that fills its frame bends the surface towards itself, off the frame,
+    and flat paper wins.
+    """
+    border = frame(x)
+    if border.min() == border.max():  # drawn or rendered, not photographed: one exact paper value
+        return np.array([border[0], 0, 0, 0, 0, 0], np.float32)
+    band = PAPER_BAND * noise + 1 / 255
+    level = float(x[np.abs(x - peak(border, noise)) <= band].mean())
+    flat = np.array([level, 0, 0, 0, 0, 0], np.float32)
+    on_flat = np.count_nonzero(np.abs(border - level) <= band)
+    if on_flat == border.size:  # no surface can hold more of the frame
+        return flat
+    lit = fit_surface(x)
+    return lit if np.count_nonzero(np.abs(border - frame(basis) @ lit) <= band) > on_flat else flat
+
+
+def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
+    """The paper's brightness (paper_surface), the noise on it and the ink's polarity; and the ink of x
+    (its distance from the paper, towards the ink; negative: paper noise).
+
+    Polarity: the ink is the side whose extreme lies further from the paper after a 3x3 mean (which a
+    lone noisy pixel cannot win). The noise: the larger of two estimates that each miss some noise but
+    that no ink inflates: the finest detail's (noise_sigma: blind to noise correlated over pixels, a
+    JPEG's) and the paper's side of the ink's (paper_sigma: blind where paper at black or white clips it).
     """
     h, w = x.shape
-    border = np.concatenate([x[0], x[-1], x[:, 0], x[:, -1]])
-    flat = border.min() == border.max()  # drawn or rendered, not photographed: one exact paper value
-    surface = np.array([border[0], 0, 0, 0, 0, 0], np.float32) if flat else fit_surface(x)
-    r = x - quadratic(*grid(x.shape, (0, 0, w, h), (w, h))) @ surface
+    noise = noise_sigma(x)
+    basis = quadratic(*grid(x.shape, (0, 0, w, h), (w, h)))
+    surface = paper_surface(x, basis, noise)
+    r = x - basis @ surface
     smooth = ndimage.uniform_filter(r, 3)
     polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
-    return Paper(surface, robust_sigma(r), polarity), polarity * r
+    return Paper(surface, max(noise, paper_sigma(polarity * r)), polarity), polarity * r
 
 
 def fit_surface(x: np.ndarray) -> np.ndarray:
     """The 6 coefficients (quadratic) of the paper's brightness: least squares on 16x16 block medians
     of x, 3 rounds that drop blocks more than 2.5 sigma off (ink)."""
     h, w = x.shape
-    step = max(1, max(h, w) // 16)
+    step = max(1, min(h, w, max(h, w) // 16))  # a strip thinner than a block is one row of blocks
     blocks = x[:h - h % step, :w - w % step].reshape(h // step, step, w // step, step).swapaxes(1, 2)
     medians = median(blocks.reshape(h // step, w // step, step * step)).ravel()
     u, v = grid((h // step, w // step), (0, 0, w - w % step, h - h % step), (w, h))
@@ -293,7 +350,7 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     MIN_PART of its ink within NEAR_PART of the digit's longer side of the growing box."""
     labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
     if n == 0:
-        raise ImageError("no ink stands out from the noise: the image looks like blank paper; send a digit")
+        raise ImageError(NO_INK)
     core = min(otsu(a[labels > 0]), float(a.max()))  # the strongest part always has a core
     strong = np.zeros(n + 1, bool)
     strong[labels[a >= core]] = True
@@ -387,10 +444,13 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     gate = Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=tuple(c / factor for c in box))
     gate = ndimage.maximum_filter(np.asarray(gate), size=2 * math.ceil(scale * factor) + 1)
     r = ink_map(x, paper, box, picture.size)
-    sigma = robust_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
+    sigma = paper_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
     a = np.clip(r, 0.0, None)
-    a = np.where(gate & (a >= noise_floor(a, sigma)), a, 0.0)
-    return (a / max(float(a.max()), 1e-6)).astype(np.float32), side * scale
+    strongest = float(a.max(where=gate, initial=0.0))
+    if strongest == 0.0:
+        raise ImageError(NO_INK)
+    a = np.where(gate & (a >= min(noise_floor(a, sigma), strongest)), a, 0.0)  # the strongest ink stays
+    return (a / strongest).astype(np.float32), side * scale
 
 
 def warnings_of(digit: Digit, what: str = "one digit") -> list[str]:

@@ -5,7 +5,8 @@ $ python -m benchmarks.robustness --n 50 --kinds photo,thick --save data/robustn
 $ python -m benchmarks.robustness --n 6 --photo-size 384x288 --save tests/fixtures/robustness  # the tests' sample
 $ python -m benchmarks.robustness --url http://localhost:8000   # the same images through HTTP /predict
 $ python -m benchmarks.robustness --mnist                  # the 10,000 MNIST test digits as 28x28 PNGs
-$ taskset -c 0 python -m benchmarks.robustness --time      # preprocessing time of a 1 MP photo, one core
+$ python -m benchmarks.robustness --optdigits              # scikit-learn's 8x8 UCI digits, upscaled to 64x64
+$ taskset -c 0 python -m benchmarks.robustness --time      # preprocessing time of a 1 MP photo and a 28x28 PNG, one core
 $ python -m benchmarks.robustness --strokes                # MNIST's stroke widths (contract.STROKE_RANGE)
 
 Every image is made from an MNIST *test* digit (never seen in training) or a glyph of a font installed
@@ -23,6 +24,9 @@ handwriting-like ones; missing fonts are skipped and the list used is in the res
   photo        a 1152x864 JPEG of ink on paper: uneven light, blur, sensor noise, dust, quality 40-85
   typeset      digits of typeset fonts (sans, serif with footed 1s, mono; bold, italic)
   handwriting  digits of handwriting fonts: not MNIST's writers
+  lowres       a low-resolution scan, thumbnail or webcam crop: the digit at 8x8 or 16x16 upscaled to
+               64-128 px (bilinear or bicubic), blurred (Gaussian), or cropped tight (ink touching the
+               border); white on black or black on white, a third of them JPEG (quality 70-95)
 
 Deterministic for a seed (numpy's PCG64; JPEG and font rendering by the installed Pillow/FreeType).
 Writes benchmarks/results/robustness.json and .md (per-kind accuracy and every error). Not a test.
@@ -60,6 +64,9 @@ HANDWRITING_FONTS = ("fifthhorseman/dkg.ttf", "fifthhorseman/dkgBd.ttf", "breip/
                      "comic-neue/ComicNeue-Regular.otf", "comic-neue/ComicNeue-Bold.otf",
                      "comic-neue/ComicNeue-Italic.otf")
 FONT_ROOTS = (Path("/usr/share/fonts/truetype"), Path("/usr/share/fonts/opentype"))
+LOWRES_GRIDS = (8, 16)  # the low-resolution digits' sides (px): optdigits' 8x8 (UCI), a 16x16 thumbnail
+LOWRES_SIDE = (64, 129)  # the side (px) low-resolution digits are upscaled to, a range
+OPTDIGITS_SIDE = 64  # --optdigits: the 8x8 images' side once upscaled (bicubic)
 # -----------------------------------------------------------------------------------------------
 
 
@@ -200,6 +207,51 @@ def _photo(d, rng, size=PHOTO_SIZE):
     return photographed(paste(ink, size, rng, centred=False), rng), "jpg"
 
 
+def tight(ink: np.ndarray) -> np.ndarray:
+    """Ink cropped to its box: it touches all four borders."""
+    rows, cols = np.flatnonzero(ink.max(1) > 0.05), np.flatnonzero(ink.max(0) > 0.05)
+    return ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+
+
+def square(ink: np.ndarray) -> np.ndarray:
+    """Ink cropped to its box and padded to a square around it: it touches two borders."""
+    ink = tight(ink)
+    h, w = ink.shape
+    side = max(h, w)
+    return np.pad(ink, (((side - h) // 2, (side - h + 1) // 2), ((side - w) // 2, (side - w + 1) // 2)))
+
+
+def resized(ink: np.ndarray, side: int, method: Image.Resampling) -> np.ndarray:
+    """Ink resized with `method` so that its longer side is `side` px (aspect kept), clipped to [0, 1]."""
+    scale = side / max(ink.shape)
+    size = (max(1, round(ink.shape[1] * scale)), max(1, round(ink.shape[0] * scale)))
+    return np.clip(np.asarray(Image.fromarray(ink).resize(size, method)), 0.0, 1.0)
+
+
+def low_resolution(digit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """An MNIST digit as a low-resolution source shows it, upscaled to LOWRES_SIDE px (bilinear or
+    bicubic): box-reduced to 8x8 or 16x16 first (as optdigits was made from 32x32 bitmaps); or
+    Gaussian blurred (sigma 3-8% of the side); or cropped tight, ink touching every border."""
+    ink = upscale(digit, 128)
+    side = int(rng.integers(*LOWRES_SIDE))
+    method = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)[rng.integers(2)]
+    way = rng.integers(3)
+    if way == 0:
+        return resized(resized(square(ink), int(rng.choice(LOWRES_GRIDS)), Image.Resampling.BOX), side, method)
+    if way == 1:
+        blurred = resized(np.pad(square(ink), int(rng.integers(0, 32))), side, method)
+        return ndimage.gaussian_filter(blurred, side * rng.uniform(0.03, 0.08))
+    return resized(tight(ink), side, method)
+
+
+def _lowres(d, rng):
+    ink = low_resolution(d, rng)
+    image = Image.fromarray(u8(ink if rng.integers(2) else 1 - ink))
+    if rng.integers(3) == 0:
+        return encode(image, "JPEG", quality=int(rng.integers(70, 96))), "jpg"
+    return encode(image), "png"
+
+
 def fonts(names: tuple[str, ...]) -> list[Path]:
     return [root / name for name in names for root in FONT_ROOTS if (root / name).exists()]
 
@@ -231,6 +283,7 @@ KINDS = {
     "transparent": mnist_kind(_transparent), "thick": mnist_kind(_thick), "thin": mnist_kind(_thin),
     "off-centre": mnist_kind(_off_centre), "photo": mnist_kind(_photo),
     "typeset": font_kind(TYPESET_FONTS), "handwriting": font_kind(HANDWRITING_FONTS),
+    "lowres": mnist_kind(_lowres),  # last: a kind's stream of the seed is its place here
 }
 
 
@@ -277,6 +330,16 @@ class HttpReader:
         return int(response.json()["prediction"]) if response.status_code == 200 else -1
 
 
+def answer(read: Callable[[bytes], int], data: bytes) -> int:
+    """The digit read, -1 for an image refused (the service's 4xx) or -2 for a crash (its 500)."""
+    try:
+        return read(data)
+    except ValueError:  # app.imaging.ImageError
+        return -1
+    except Exception:  # a bug of the preprocessing
+        return -2
+
+
 def run(kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save: Path | None,
         photo_size=PHOTO_SIZE) -> dict:
     per_kind: dict[str, dict] = {k: {"n": 0, "correct": 0, "errors": []} for k in kinds}
@@ -284,10 +347,7 @@ def run(kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save:
         if save:
             (save / kind).mkdir(parents=True, exist_ok=True)
             (save / kind / sample.name).write_bytes(sample.data)
-        try:
-            predicted = read(sample.data)
-        except ValueError:  # app.imaging.ImageError: the service would answer 4xx
-            predicted = -1
+        predicted = answer(read, sample.data)
         row = per_kind[kind]
         row["n"] += 1
         row["correct"] += predicted == sample.label
@@ -326,25 +386,58 @@ def mnist_strokes(n: int = 2000) -> dict:
     return {"n": n, **{f"p{q}": round(float(w), 3) for q, w in zip(percents, np.percentile(widths, percents))}}
 
 
-def preprocess_time(repeats: int = 200) -> dict:
-    """Milliseconds to decode, and then to preprocess, the suite's first 1-megapixel photo: median and
-    90th percentile of `repeats`, as wall time and as this process's CPU time (which other processes
-    on a shared machine do not inflate). Run it under `taskset -c 0` for one core."""
+def timed(data: bytes, repeats: int) -> dict:
+    """Milliseconds to decode, and then to preprocess, one image: median and 90th percentile of
+    `repeats`, as wall time and as this process's CPU time (which other processes on a shared machine
+    do not inflate)."""
     from app import imaging
-    _, sample = next(generate(["photo"], 1, SEED))
     times: dict[str, list[float]] = {name: [] for name in ("decode_wall", "decode_cpu", "preprocess_wall", "preprocess_cpu")}
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.process_time()
-        image = imaging.decode(sample.data, 40_000_000)
+        image = imaging.decode(data, 40_000_000)
         times["decode_wall"].append(time.perf_counter() - wall)
         times["decode_cpu"].append(time.process_time() - cpu)
         wall, cpu = time.perf_counter(), time.process_time()
         imaging.preprocess(image, "digit")
         times["preprocess_wall"].append(time.perf_counter() - wall)
         times["preprocess_cpu"].append(time.process_time() - cpu)
-    size = Image.open(io.BytesIO(sample.data)).size
-    return {"image": f"{size[0]}x{size[1]} JPEG, {len(sample.data):,} bytes", "repeats": repeats,
+    opened = Image.open(io.BytesIO(data))
+    return {"image": f"{opened.width}x{opened.height} {opened.format}, {len(data):,} bytes",
             **{f"{name}_ms_p{q}": round(1000 * float(np.percentile(t, q)), 2) for name, t in times.items() for q in (50, 90)}}
+
+
+def preprocess_time(repeats: int = 200) -> dict:
+    """timed() of the suite's first 1-megapixel photo and of MNIST's first test digit as a 28x28 PNG.
+    Run it under `taskset -c 0` for one core."""
+    from training.data import read_idx
+    _, sample = next(generate(["photo"], 1, SEED))
+    digit = encode(Image.fromarray(read_idx(MNIST_DIR / "t10k-images-idx3-ubyte.gz")[0]))
+    return {"repeats": repeats, "photo": timed(sample.data, repeats), "mnist": timed(digit, repeats)}
+
+
+def optdigits_set() -> tuple[np.ndarray, np.ndarray] | None:
+    """scikit-learn's load_digits, the UCI optdigits test set: 1,797 handwritten digits, 8x8, grey
+    levels 0-16 (images, labels); None when scikit-learn is not installed (it is no dependency)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        return None
+    digits = load_digits()
+    return digits.images, digits.target
+
+
+def optdigits(read: Callable[[bytes], int], images: np.ndarray, labels: np.ndarray) -> dict:
+    """The optdigits images, each upscaled to OPTDIGITS_SIDE px (bicubic) and sent as a white-on-black
+    PNG: real handwriting at a low resolution."""
+    wrong, refused = [], 0
+    for i, (x, label) in enumerate(zip(images, labels)):
+        small = Image.fromarray(np.round(x * 255 / 16).astype(np.uint8))
+        predicted = answer(read, encode(small.resize((OPTDIGITS_SIDE, OPTDIGITS_SIDE), Image.Resampling.BICUBIC)))
+        refused += predicted == -1
+        if predicted != label:
+            wrong.append([i, predicted])
+    return {"n": len(images), "side": OPTDIGITS_SIDE, "errors": len(wrong), "refused": refused,
+            "accuracy": 1 - len(wrong) / len(images), "misread": wrong}
 
 
 def table(result: dict) -> str:
@@ -365,9 +458,12 @@ def main(argv=None) -> dict:
     p.add_argument("--photo-size", default="1152x864", help="WxH of the photos (the tests' sample: 384x288)")
     p.add_argument("--mnist", action="store_true", help="the MNIST test set as 28x28 PNGs instead")
     p.add_argument("--strokes", action="store_true", help="only measure MNIST's stroke widths (training digits)")
-    p.add_argument("--time", action="store_true", help="only time the preprocessing of a 1 MP photo")
+    p.add_argument("--optdigits", action="store_true",
+                   help="scikit-learn's 8x8 digits upscaled instead (needs scikit-learn, not a dependency)")
+    p.add_argument("--time", action="store_true", help="only time the preprocessing of a 1 MP photo and a 28x28 PNG")
     p.add_argument("--out", type=Path, default=None,
-                   help="result JSON (default benchmarks/results/robustness[_mnist|_time].json; --strokes prints only)")
+                   help="result JSON (default benchmarks/results/robustness[_mnist|_optdigits|_time].json; "
+                        "--strokes prints only)")
     args = p.parse_args(argv)
     started = time.perf_counter()
     if args.strokes:
@@ -377,6 +473,15 @@ def main(argv=None) -> dict:
     elif args.mnist:
         result = mnist_test(args.model_dir)
         print(f"MNIST test through preprocess=mnist: {result['accuracy']:.4f} ({result['errors']} errors)")
+    elif args.optdigits:
+        found = optdigits_set()
+        if found is None:
+            print("--optdigits skipped: scikit-learn is not installed (pip install scikit-learn; it is no dependency)")
+            return {}
+        result = optdigits(HttpReader(args.url) if args.url else LocalReader(args.model_dir), *found)
+        result.update(via=args.url or "in-process")
+        print(f"optdigits ({result['n']} images at {OPTDIGITS_SIDE}x{OPTDIGITS_SIDE}): {result['accuracy']:.4f} "
+              f"({result['errors']} errors, {result['refused']} refused)")
     else:
         kinds = [k.strip() for k in args.kinds.split(",")]
         unknown = set(kinds) - set(KINDS)
@@ -396,11 +501,11 @@ def main(argv=None) -> dict:
     from training.fit import cpu_model
     result.update(seconds=round(time.perf_counter() - started, 1), machine=cpu_model(),
                   cpus=len(os.sched_getaffinity(0)))
-    suffix = "_mnist" if args.mnist else "_time" if args.time else ""
+    suffix = "_mnist" if args.mnist else "_optdigits" if args.optdigits else "_time" if args.time else ""
     out = args.out or RESULTS / f"robustness{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    if not (args.mnist or args.time):
+    if not (args.mnist or args.optdigits or args.time):
         out.with_suffix(".md").write_text(table(result) + "\n")
     return result
 
