@@ -1,0 +1,48 @@
+"""training/finetune.py: a fine-tune starts from a model folder's weights, mixes font digits into every
+batch, logs their held-out accuracy beside MNIST's, checkpoints and resumes as every run does."""
+import json
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+from model import contract
+from training import data, fonts
+from training.config import TrainConfig
+from training.finetune import FineTuneConfig, FontMix, finetune
+
+
+@pytest.fixture
+def few_fonts(monkeypatch):
+    """Two training fonts (matplotlib's DejaVu Sans where none is installed): a bank drawn in a second."""
+    files = fonts.available()[:2] or [Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"]
+    monkeypatch.setattr(fonts, "available", lambda names=fonts.FONTS: files)
+    return files
+
+
+def test_every_batch_holds_its_share_of_font_digits(mnist_fixture):
+    images, labels = (torch.from_numpy(a[:100].copy()) for a in mnist_fixture)
+    splits = {"train": data.Split(images, labels), "val": data.Split(images[:10], labels[:10])}
+    bank = data.Split(torch.zeros(5, 28, 28, dtype=torch.uint8), torch.full((5,), 7))  # blank "7"s
+    task = FontMix(splits, bank, bank, font_share=0.25, epoch_images=64, max_shift=2, augment=data.Augment())
+    batch = task.draw(torch.arange(16), torch.Generator().manual_seed(0))
+    assert batch.x.shape == (16, 1, 28, 28) and task.train_size == 64
+    assert (batch.y[-4:] == 7).all() and (batch.x[-4:] == 0).all()  # the last quarter from the bank
+    assert (batch.x[:-4].flatten(1).amax(1) > 0.5).all()  # MNIST digits before them
+
+
+@pytest.mark.slow
+def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, few_fonts):
+    tune = FineTuneConfig(model_dir=str(contract.MODEL_DIR), font_images=20, font_val_images=10, epoch_images=32)
+    config = TrainConfig(data_dir=str(idx_dir), val_size=100, train_limit=200, batch_size=16, eval_batch_size=100,
+                         epochs=1, lr=1e-4, precision="fp32", device="cpu", out=str(tmp_path), log_every=1)
+    run = finetune(config, tune)
+    record = run.history[0]
+    assert record["step"] == 2 and {"val_acc", "val_fonts_acc"} <= set(record)
+    assert record["val_acc"] >= 0.9  # the shipped model's weights (a fresh CapsNet reads ~10% after 2 steps)
+    assert {"best.pt", "last.pt", "metrics.json", "finetune.json"} <= {p.name for p in tmp_path.iterdir()}
+    settings = json.loads((tmp_path / "finetune.json").read_text())
+    assert settings["font_share"] == tune.font_share and settings["fonts"] == [str(p) for p in few_fonts]
+    resumed = finetune(TrainConfig(**{**vars(config), "epochs": 2, "resume": True}), tune)
+    assert [h["epoch"] for h in resumed.history] == [1, 2]

@@ -1,0 +1,177 @@
+"""Fine-tune a shipped MNIST CapsNet on typeset and outlined digits (issue 22): its own weights, MNIST with
+augmentations, and digits of training-only fonts.
+
+$ nice -n 15 python -m training.finetune --precision fp32 --time-limit 3600   # model/ -> runs/finetune
+$ python -m training.finetune --resume                                         # the same run, continued
+$ python -m training.finetune --export /tmp/mnist-ft                           # its kept epoch -> a model folder
+
+Starts from a model folder's graph (training.export.model_from_graphs: its weights, its card's
+CapsNetConfig) and trains it with fit() like every run: Adam at a fine-tune's rate, decayed per step,
+resumable checkpoints and the kept epoch chosen on MNIST's 5,000-image validation split. Each batch
+holds font_share digits of a bank rendered once from training/fonts.py (fonts the robustness suite
+does not use) and MNIST training digits for the rest; the whole batch then goes through
+training.data.Augment (rotation, scale, shear, stroke jitter, elastic) and the paper's ±2 px shift.
+
+An epoch here is epoch_images draws, the MNIST digits and the bank's picked at random (with
+replacement) by fit's augment generator, so that a run on a shared CPU, a fraction of a pass over
+MNIST, still validates and checkpoints every few minutes. The log adds the accuracy on held-out
+renders of the training fonts (another seed: val_fonts_acc) beside MNIST's.
+
+--export writes the kept epoch as a model folder (training.export.export_checkpoint: the graphs,
+parity and the card measured on the exported graph) with a `fine_tune` section in its card, and its
+int8 graph (training.quantize).
+"""
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from model import contract
+from training import data, fonts
+from training.config import PRECISIONS, TrainConfig, augment
+from training.evaluate import evaluate
+from training.export import export_checkpoint, model_from_graphs, sha256
+from training.fit import Batch, Run, StepOut, Task, fit, hardware
+from training.quantize import quantize_model
+from training.train import load_splits
+
+SETTINGS = "finetune.json"  # OUT/finetune.json: what the run adds to its TrainConfig
+
+
+@dataclass
+class FineTuneConfig:
+    """The fine-tune's own settings (the rest is its TrainConfig); OUT/finetune.json, the card's `fine_tune`."""
+    model_dir: str = str(contract.MODEL_DIR)  # the model folder whose weights the run starts from
+    font_share: float = 0.2  # fraction of every batch that is font digits
+    font_images: int = 6000  # renders in the bank (every font's ten digits, in turn)
+    font_val_images: int = 1000  # held-out renders, for the log's val_fonts_acc
+    epoch_images: int = 12800  # draws per epoch (100 batches of 128: ~15 min on a shared 2-core CPU)
+
+    def __post_init__(self):
+        if not 0 <= self.font_share < 1:
+            raise ValueError(f"font_share must be in [0, 1), got {self.font_share}")
+        if min(self.font_images, self.font_val_images, self.epoch_images) < 1:
+            raise ValueError("font_images, font_val_images and epoch_images must be at least 1")
+
+
+class FontMix(Task):
+    """MNIST training digits and font digits in every batch, augmented alike; validated on MNIST's split."""
+
+    def __init__(self, splits: dict[str, data.Split], font_bank: data.Split, font_val: data.Split,
+                 font_share: float, epoch_images: int, max_shift: int, augment: data.Augment,
+                 eval_batch_size: int = 500):
+        self.train, self.val, self.fonts, self.font_val = splits["train"], splits["val"], font_bank, font_val
+        self.train_size, self.font_share, self.max_shift = epoch_images, font_share, max_shift
+        self.augment, self.eval_batch_size = augment, eval_batch_size
+
+    def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
+        # NOTE idx only sets the batch size: the images are drawn at random (see the module's docstring)
+        n_fonts = round(self.font_share * len(idx))
+        device = self.train.images.device
+        mnist = torch.randint(len(self.train), (len(idx) - n_fonts,), device=device, generator=generator)
+        typed = torch.randint(len(self.fonts), (n_fonts,), device=device, generator=generator)
+        images = torch.cat([self.train.images[mnist], self.fonts.images[typed]])  # (B, 28, 28) uint8
+        labels = torch.cat([self.train.labels[mnist], self.fonts.labels[typed]])
+        x = data.random_shift(self.augment(data.to_float(images), generator), self.max_shift, generator)
+        return Batch(x, labels)
+
+    def loss(self, model: nn.Module, batch: Batch) -> StepOut:
+        out = model(batch.x, batch.y)  # the decoder draws the true class's capsule
+        return StepOut(model.loss(out, batch.x, batch.y), out.lengths.argmax(1) == batch.y, out.votes)
+
+    def validate(self, model: nn.Module) -> dict:
+        mnist = evaluate(model, self.val, self.eval_batch_size)
+        typed = evaluate(model, self.font_val, self.eval_batch_size)
+        return {"acc": mnist["accuracy"], "loss": mnist["loss"], "fonts_acc": typed["accuracy"]}
+
+
+def font_split(n: int, seed: int, device: str) -> data.Split:
+    images, labels = fonts.render(n, seed)
+    return data.Split(torch.from_numpy(images), torch.from_numpy(labels)).to(device)
+
+
+def finetune(config: TrainConfig, tune: FineTuneConfig, log=print) -> Run:
+    """Fine-tune tune.model_dir's model as config and tune say; returns fit's Run (the kept weights in OUT/best.pt)."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = Path(tune.model_dir)
+    source = {"model_dir": str(model_dir), "version": sha256(model_dir / contract.CAPSNET_ONNX)[:12]}
+    (out / SETTINGS).write_text(json.dumps({**asdict(tune), "source": source,
+                                            "fonts": [str(p) for p in fonts.available()]}, indent=2) + "\n")
+    splits = load_splits(config)
+    bank = font_split(tune.font_images, config.seed, config.device)
+    font_val = font_split(tune.font_val_images, config.seed + 1, config.device)
+    model = model_from_graphs(model_dir).train()
+    log(f"fine-tuning {model_dir} ({source['version']}) on {hardware(config.device)}: {len(splits['train']):,} "
+        f"MNIST training digits and {len(bank):,} font digits ({len(fonts.available())} fonts), "
+        f"{100 * tune.font_share:g}% of each batch; {len(splits['val']):,} MNIST val")
+    task = FontMix(splits, bank, font_val, tune.font_share, tune.epoch_images, config.max_shift, augment(config),
+                   config.eval_batch_size)
+    return fit(model, task, config, log)
+
+
+def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None) -> dict:
+    """The run's kept epoch as a model folder: graphs, parity and card (export_checkpoint), the card's
+    `fine_tune` section (OUT/finetune.json) and its int8 graph (quantize_model, which updates the card)."""
+    card = export_checkpoint(run_dir / "best.pt", out_dir, data_dir)
+    card["fine_tune"] = json.loads((run_dir / SETTINGS).read_text())
+    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    quantize_model(out_dir, data_dir)
+    return json.loads((out_dir / contract.MODEL_CARD).read_text())
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    t, f = TrainConfig(), FineTuneConfig()
+    p = argparse.ArgumentParser(prog="python -m training.finetune", description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", default=f.model_dir, help="the model folder to start from")
+    p.add_argument("--font-share", type=float, default=f.font_share, help="fraction of each batch that is font digits")
+    p.add_argument("--font-images", type=int, default=f.font_images, help="font digits rendered for training")
+    p.add_argument("--font-val-images", type=int, default=f.font_val_images, help="held-out font digits (log only)")
+    p.add_argument("--epoch-images", type=int, default=f.epoch_images, help="draws per epoch")
+    p.add_argument("--data-dir", default=None, help="MNIST's IDX files (default data/mnist, fetched if empty)")
+    p.add_argument("--train-limit", type=int, default=t.train_limit, help="use only the first N training images")
+    p.add_argument("--val-size", type=int, default=t.val_size, help="MNIST training images held out for selection")
+    p.add_argument("--max-shift", type=int, default=t.max_shift, help="random shift in pixels (paper: 2)")
+    p.add_argument("--rotate", type=float, default=10.0, help="degrees each way")
+    p.add_argument("--scale", type=float, default=0.1, help="fraction each way")
+    p.add_argument("--shear", type=float, default=10.0, help="degrees each way")
+    p.add_argument("--stroke-jitter", type=float, default=0.2, help="probability of a 1 px dilation or erosion")
+    p.add_argument("--elastic-alpha", type=float, default=16.0,
+                   help="px; Simard et al.'s 34 at sigma 4 bends digits more than people do")
+    p.add_argument("--elastic-sigma", type=float, default=t.elastic_sigma, help="smoothing of the elastic field, px")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--batch-size", type=int, default=t.batch_size)
+    p.add_argument("--lr", type=float, default=2e-4, help="a fifth of training's: the weights are already good")
+    p.add_argument("--lr-decay", type=float, default=0.6, help="LR factor per epoch, applied per step")
+    p.add_argument("--seed", type=int, default=t.seed)
+    p.add_argument("--device", default=t.device)
+    p.add_argument("--precision", choices=PRECISIONS, default=t.precision)
+    p.add_argument("--time-limit", type=float, default=t.time_limit, help="seconds; the epoch that passes it is the last")
+    p.add_argument("--eval-batch-size", type=int, default=t.eval_batch_size)
+    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    p.add_argument("--out", default="runs/finetune")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt, data stream included")
+    p.add_argument("--export", type=Path, default=None, metavar="DIR",
+                   help="train nothing: write OUT's kept epoch as a model folder in DIR (graphs, card, int8)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = vars(parse_args(argv))
+    if args["export"]:
+        data_dir = Path(args["data_dir"]) if args["data_dir"] else None
+        return export_candidate(Path(args["out"]), args["export"], data_dir)
+    tune = FineTuneConfig(**{k: args.pop(k) for k in asdict(FineTuneConfig())})
+    args.pop("export")
+    run = finetune(TrainConfig(**args), tune, partial(print, flush=True))
+    return {"run": run}
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
