@@ -1,5 +1,5 @@
 """Named dependencies: the app's settings, its engines (created once, in the lifespan) and the engine of
-the model a request names (`?model=NAME`, the default model without it)."""
+the model a request names (`?model=NAME`, the default model without it); the parsing of ?include= lists."""
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query, Request
@@ -27,6 +27,18 @@ def get_engine(engines: Annotated[Engines, Depends(get_engines)], model: Annotat
     if not engine.ready:
         raise HTTPException(503, f"model {name} is not ready: {engine.state}")
     return engine
+
+
+def parse_include(include: str | None, options: tuple[str, ...]) -> set[str]:
+    """?include=a,b -> {"a", "b"}: every option when absent, none when empty; 422 for any other word."""
+    if include is None:
+        return set(options)
+    parts = {part.strip() for part in include.split(",") if part.strip()}
+    unknown = sorted(parts - set(options))
+    if unknown:
+        raise HTTPException(422, f"include has unknown part(s) {', '.join(unknown)}; choose from "
+                                 f"{', '.join(options)} (comma separated)")
+    return parts
 
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]

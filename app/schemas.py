@@ -27,7 +27,8 @@ PNG_EXAMPLE = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABwAAAAcCAAAAABXZo
                "pD77sfTFHeyS9xQYGBg+X4UKPuk6w8DAwMDAAuGm6l/TMnSweCzLwPDntSTDozPIOhkYGBgYBA3PmDIw/Lh1XShnGi5nBP+9"
                "KIRLTuzl/2AokwlDMlv0/U1cGq1//rPD6fHWf7tZcclxnv1hhVNj3b9tOOW8f3+wxCUnfPffMlxyzKf/3VbGJan2758vLjn5"
                "B/+KGXF78Z8JLjnbT+iSSGFrw8Nw9wuKJAsy56LzO+ITGABpETyQcCy90wAAAABJRU5ErkJggg==")  # test image 0, a 7
-INCLUDE_OPTIONS = ("capsules", "reconstruction", "routing")
+INCLUDE_OPTIONS = ("capsules", "reconstruction", "routing")  # /predict?include=
+DRAWING_OPTIONS = ("image", "png")  # /reconstruct?include=
 Preprocess = Literal["auto", "mnist", "none"]  # mnist: the earlier name of auto
 
 
@@ -41,6 +42,12 @@ class PredictRequest(BaseModel):
 class Reconstruction(BaseModel):
     image: Square
     png: str = Field(description="the same image as a PNG data URL", examples=[PNG_EXAMPLE])
+
+
+class Drawing(BaseModel):
+    """A /reconstruct drawing: the fields its ?include= asks for (both by default)."""
+    image: Square | None = None
+    png: str | None = Field(None, description="the same image as a PNG data URL", examples=[PNG_EXAMPLE])
 
 
 class Routing(BaseModel):
@@ -166,7 +173,7 @@ class ReconstructResponse(BaseModel):
     """One reconstruction per requested capsule, in order, at the model's input size."""
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"items": [{"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE}]}]})
-    items: list[Reconstruction]
+    items: list[Drawing]
 
 
 # --- health ---------------------------------------------------------------------------------------

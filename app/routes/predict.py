@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from app import imaging
-from app.deps import EngineDep, SettingsDep
+from app.deps import EngineDep, SettingsDep, parse_include
 from app.engine import Engine, Outputs
 from app.schemas import INCLUDE_OPTIONS, ErrorMessage, PredictRequest, PredictResponse, Preprocess
 from model import contract
@@ -29,17 +29,6 @@ ERRORS = {status: {"model": ErrorMessage, "description": text} for status, text 
     400: "malformed multipart body", 404: "no such model", 413: "body or image too large",
     415: "neither multipart nor JSON", 422: "not a usable image, bad option",
     503: "the model is not ready, or too many requests are waiting"}.items()}
-
-
-def parse_include(include: str | None) -> set[str]:
-    if include is None:
-        return set(INCLUDE_OPTIONS)
-    parts = {part.strip() for part in include.split(",") if part.strip()}
-    unknown = sorted(parts - set(INCLUDE_OPTIONS))
-    if unknown:
-        raise HTTPException(422, f"include has unknown part(s) {', '.join(unknown)}; choose from "
-                                 f"{', '.join(INCLUDE_OPTIONS)} (comma separated)")
-    return parts
 
 
 async def read_image_bytes(request: Request) -> bytes:
@@ -185,7 +174,7 @@ async def predict(
 ) -> Response:
     """Post an image as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
     `{"image": "<base64 or data URL>"}`. Concurrent requests share one batch on the model."""
-    parts = parse_include(include)
+    parts = parse_include(include, INCLUDE_OPTIONS)
     data = await read_image_bytes(request)
     prepared = await load_input(data, preprocess, engine, settings.max_pixels)
     outputs, prepared = await read(prepared, engine)

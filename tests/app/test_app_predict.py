@@ -127,6 +127,22 @@ def test_reconstruct_batch_of_the_fig4_grid(client):
     assert all(item["png"].startswith("data:image/png;base64,") for item in r.json()["items"])
 
 
+def test_reconstruct_returns_what_include_asks_for(client):
+    """?include=image: the pixels alone (the demo's Fig. 4, no PNG encoding); png: the PNGs alone, the same
+    drawings at 8 bits; anything else: 422 naming the choices."""
+    body = {"items": [{"digit": 4, "capsule": [0.1] * 16}, {"digit": 4, "capsule": [0.2] + [0.1] * 15}]}
+    both = client.post("/reconstruct", json=body).json()["items"]
+    pixels = client.post("/reconstruct", params={"include": "image"}, json=body).json()["items"]
+    pngs = client.post("/reconstruct", params={"include": "png"}, json=body).json()["items"]
+    assert [set(item) for item in pixels] == [{"image"}] * 2 and [set(item) for item in pngs] == [{"png"}] * 2
+    for b, x, p in zip(both, pixels, pngs):
+        assert x["image"] == b["image"] and p["png"] == b["png"]
+        decoded = np.asarray(Image.open(io.BytesIO(base64.b64decode(p["png"].split(",", 1)[1]))), np.float32) / 255
+        np.testing.assert_allclose(decoded, x["image"], atol=0.5 / 255 + 1e-6)
+    r = client.post("/reconstruct", params={"include": "image,svg"}, json=body)
+    assert r.status_code == 422 and "svg" in r.json()["detail"] and "image, png" in r.json()["detail"]
+
+
 def test_health_ready_model(client, engine):
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],

@@ -13,7 +13,9 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from frontend.app import FASHION_EXAMPLES, PAIR_EXAMPLES
 
@@ -119,6 +121,27 @@ def test_fashion_tab_names_a_garment(page, demo_url, tmp_path):
     expect(page.locator("#fashion-capsule")).to_contain_text("Ankle boot")  # the capsules named by class
     expect(page.locator("#fashion-grid img")).to_be_visible()
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
+
+
+def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, demo_url, mnist_fixture, tmp_path):
+    """A person opens the Upload tab and picks a file (a test digit as a 280x280 scan, dark ink on white
+    paper); its answer shows, and after a pause the routing maps and Fig. 4 follow; the upload's clear
+    button brings the prompt back."""
+    from playwright.sync_api import expect
+
+    images, labels = mnist_fixture
+    k = int(np.flatnonzero(labels == 3)[1])  # a 3 that is not among the examples (they are each class's first)
+    scan = tmp_path / "scan.png"
+    Image.fromarray(255 - images[k]).resize((280, 280), Image.Resampling.BICUBIC).save(scan)
+    open_demo(page, demo_url)
+    page.get_by_role("tab", name="Digit", exact=True).click()
+    page.locator("#inputs").get_by_role("tab", name="Upload").click()
+    page.locator("#upload input[type=file]").set_input_files(scan)
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
+    expect(page.locator("#routing img")).to_be_visible()  # a fresh page had none
+    expect(page.locator("#grid img")).to_be_visible()
+    page.locator("#upload").get_by_role("button", name="Remove Image").click()
+    expect(page.locator("#status")).to_contain_text("Draw a digit")
 
 
 # --- drawing as people do: several strokes at a person's pace, Predict at once or after a pause ----------
@@ -267,10 +290,12 @@ def test_the_answer_on_screen_is_for_the_whole_drawing(page, jittery_demo_url, a
 
 # --- the answer as the pen lifts: click an example, time until its answer is on screen ------------------
 # The prediction, lengths and model input on screen after a click (routing and Fig. 4 follow): the
-# target is 250 ms; on this project's 2-core machine, where headless Chromium's software WebGL keeps
-# one core busy drawing the sketchpads, the median was 433 ms (1,666 ms before the demo stopped the
-# sketchpads' re-uploads). The bound catches a return of those.
-ANSWER_MS = 600
+# target is 250 ms. On this project's 2-core machine the median was 1,666 ms while the sketchpads
+# re-uploaded their background, 425 ms while an answer took six events of Gradio's page (each costs the
+# page work on every component with a progress status) and the Fig. 4 grid's 176 drawings came as JSON
+# with a PNG each, and 229 ms with one event per answer and the follow-up after the answer is drawn.
+# The bound leaves room for a slower CI machine and catches a return of any of those.
+ANSWER_MS = 300
 CLICK_TO_ANSWER = """(k) => new Promise(resolve => {
     const example = document.querySelectorAll('#examples img')[k];
     const digit = example.getAttribute('src').split('/').pop()[0];
@@ -282,11 +307,13 @@ CLICK_TO_ANSWER = """(k) => new Promise(resolve => {
         const image = seen();
         if (text.includes('Prediction: ' + digit) && image && image.getAttribute('src') !== before && image.complete) {
             observer.disconnect();
+            document.removeEventListener('load', check, true);
             resolve(performance.now() - t0);
         }
     };
-    const observer = new MutationObserver(check);
+    const observer = new MutationObserver(check);  // the text and the image's new src
     observer.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+    document.addEventListener('load', check, true);  // the image loaded (no mutation says so)
     example.click();
 })"""
 

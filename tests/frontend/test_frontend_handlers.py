@@ -24,6 +24,7 @@ from frontend.app import (
     FASHION_TAB,
     OFFSETS,
     PAIR_EXAMPLES,
+    DIGIT_TAB,
     DRAWING,
     PAIR_TAB,
     SHOW_A_GARMENT,
@@ -34,9 +35,12 @@ from frontend.app import (
     capsule_choices,
     fig4,
     fig4_tiles,
+    Panel,
+    follow_up,
     model_footer,
     perturb,
     predict_drawing,
+    predict_example,
     predict_upload,
     routing_view,
     shown,
@@ -113,6 +117,49 @@ def test_an_event_keys_its_view_by_component_and_drops_stale_ones():
         screen.start(DRAWING)
         return text, text
     assert all(value == gr.skip() for value in shown(overtaken, outputs, DRAWING)(screen, "b").values())
+
+
+def test_an_answer_on_screen_is_followed_up_once():
+    """The routing maps and Fig. 4 follow the answer that showed, once; a dropped answer has none."""
+    screen, outputs = Screen(DRAWING), [gr.Markdown()]
+    assert not screen.follow()  # nothing shown yet
+    shown(lambda text: (text,), outputs, DRAWING)(screen, "a")
+    assert screen.follow() and not screen.follow()
+
+    def overtaken(text):
+        screen.start(DRAWING)
+        return (text,)
+    shown(overtaken, outputs, DRAWING)(screen, "b")  # dropped: the answer on screen is still "a"'s
+    assert not screen.follow()
+
+
+def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(client):
+    """Of the answer on screen, from the session's state: its maps, its prediction's capsule perturbed by the
+    sliders, its Fig. 4; a pair's first digit. Nothing more once followed up."""
+    routing, panel = gr.Image(), Panel(gr.Radio(), [gr.Slider() for _ in range(CAPSULE_DIM)], gr.Image(), gr.Image())
+    deltas = [0.0] * CAPSULE_DIM
+    deltas[2] = 0.25
+    for tab, example in ((DIGIT_TAB, EXAMPLES[7]), (PAIR_TAB, PAIR_EXAMPLES[0])):
+        screen, answer = Screen(DRAWING), client.predict(example.read_bytes(), tab.model)
+        digit = int(answer["objects"][0]["digit"]) if tab is PAIR_TAB else 7
+        shown(lambda: (None,), [gr.Markdown()], DRAWING)(screen)  # an answer shows
+        parts = list(follow_up(client, tab, routing, panel, screen, answer, *deltas))
+        assert [list(part) for part in parts] == [[routing], [panel.perturbed], [panel.grid]]
+        assert np.array_equal(np.asarray(parts[0][routing]), np.asarray(routing_view(client, answer, tab)))
+        expected = perturb(client, answer["capsules"], digit, *deltas, model=tab.model)
+        assert np.array_equal(np.asarray(parts[1][panel.perturbed]), np.asarray(expected))
+        assert parts[2][panel.grid].size == fig4(client, answer["capsules"], digit, tab.model).size
+        again = list(follow_up(client, tab, routing, panel, screen, answer, *deltas))
+        assert again == [{routing: gr.skip()}]  # followed up already
+
+
+def test_an_example_is_shown_in_the_upload_and_answered(client):
+    """A click on an example: its file for the upload, then the view of that file."""
+    for tab in (DIGIT_TAB, PAIR_TAB, FASHION_TAB):
+        path, status, *_ = predict_example(client, 3, tab)
+        assert path == str(tab.examples[3]) and status == predict_upload(client, path, tab).status
+    path, status, *_ = predict_example(client, 7)
+    assert Path(path).name.startswith("7_") and status.startswith("## Prediction: **7**")
 
 
 # Digits as a mouse draws them: polylines (x, y) on the 400 px canvas, 250 px tall.
