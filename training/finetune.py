@@ -9,22 +9,32 @@ Starts from a model folder's graph (training.export.model_from_graphs: its weigh
 CapsNetConfig) and trains it with fit() like every run: Adam at a fine-tune's rate, decayed per step,
 resumable checkpoints and the kept epoch chosen on MNIST's 5,000-image validation split. Each batch
 holds font_share digits of a bank rendered once from training/fonts.py (fonts the robustness suite
-does not use) and MNIST training digits for the rest; the whole batch then goes through
-training.data.Augment (rotation, scale, shear, stroke jitter, elastic) and the paper's ±2 px shift.
+does not use) and MNIST training digits for the rest. The font digits, and an augment_mnist share of
+the MNIST ones, go through training.data.Augment (rotation, scale, shear, stroke jitter, elastic); the
+rest of MNIST stays as the shipped model learnt it, so that it keeps its accuracy there. Every image
+then gets the paper's ±2 px shift.
 
 An epoch here is epoch_images draws, the MNIST digits and the bank's picked at random (with
 replacement) by fit's augment generator, so that a run on a shared CPU, a fraction of a pass over
 MNIST, still validates and checkpoints every few minutes. The log adds the accuracy on held-out
 renders of the training fonts (another seed: val_fonts_acc) beside MNIST's.
 
---export writes the kept epoch as a model folder (training.export.export_checkpoint: the graphs,
-parity and the card measured on the exported graph) with a `fine_tune` section in its card, and its
-int8 graph (training.quantize).
+--mixes 0.25,0.5,0.75,1 measures blends of the starting weights θ0 and the kept epoch's θ1 on the
+validation splits, θ = (1 - α)·θ0 + α·θ1 (weight-space ensembling, WiSE-FT: Wortsman et al. 2022,
+"Robust fine-tuning of zero-shot models", eq. 1): fine-tuning moves the weights within one basin, so a
+blend keeps what the starting weights read well (MNIST) and most of what the fine-tune added (fonts).
+
+--export writes the kept epoch (or its blend, --mix α) as a model folder (training.export.
+export_checkpoint: the graphs, parity and the card measured on the exported graph) with a `fine_tune`
+section in its card, and its int8 graph (training.quantize).
+
+$ python -m training.finetune --mixes 0.25,0.5,0.75,1                   # choose α on validation
+$ python -m training.finetune --mix 0.5 --export /tmp/mnist-ft           # export that blend
 """
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -34,7 +44,7 @@ import torch.nn as nn
 from model import contract
 from training import data, fonts
 from training.config import PRECISIONS, TrainConfig, augment
-from training.evaluate import evaluate
+from training.evaluate import evaluate, load_checkpoint
 from training.export import export_checkpoint, model_from_graphs, sha256
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
 from training.quantize import quantize_model
@@ -48,6 +58,7 @@ class FineTuneConfig:
     """The fine-tune's own settings (the rest is its TrainConfig); OUT/finetune.json, the card's `fine_tune`."""
     model_dir: str = str(contract.MODEL_DIR)  # the model folder whose weights the run starts from
     font_share: float = 0.2  # fraction of every batch that is font digits
+    augment_mnist: float = 0.25  # fraction of the batch's MNIST digits that are augmented too (fonts always are)
     font_images: int = 6000  # renders in the bank (every font's ten digits, in turn)
     font_val_images: int = 1000  # held-out renders, for the log's val_fonts_acc
     epoch_images: int = 12800  # draws per epoch (100 batches of 128: ~15 min on a shared 2-core CPU)
@@ -55,30 +66,36 @@ class FineTuneConfig:
     def __post_init__(self):
         if not 0 <= self.font_share < 1:
             raise ValueError(f"font_share must be in [0, 1), got {self.font_share}")
+        if not 0 <= self.augment_mnist <= 1:
+            raise ValueError(f"augment_mnist must be in [0, 1], got {self.augment_mnist}")
         if min(self.font_images, self.font_val_images, self.epoch_images) < 1:
             raise ValueError("font_images, font_val_images and epoch_images must be at least 1")
 
 
 class FontMix(Task):
-    """MNIST training digits and font digits in every batch, augmented alike; validated on MNIST's split."""
+    """MNIST training digits and font digits in every batch, the fonts and augment_mnist of MNIST augmented;
+    validated on MNIST's split."""
 
     def __init__(self, splits: dict[str, data.Split], font_bank: data.Split, font_val: data.Split,
-                 font_share: float, epoch_images: int, max_shift: int, augment: data.Augment,
-                 eval_batch_size: int = 500):
+                 font_share: float, augment_mnist: float, epoch_images: int, max_shift: int,
+                 augment: data.Augment, eval_batch_size: int = 500):
         self.train, self.val, self.fonts, self.font_val = splits["train"], splits["val"], font_bank, font_val
         self.train_size, self.font_share, self.max_shift = epoch_images, font_share, max_shift
+        self.augment_mnist = augment_mnist
         self.augment, self.eval_batch_size = augment, eval_batch_size
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
         # NOTE idx only sets the batch size: the images are drawn at random (see the module's docstring)
         n_fonts = round(self.font_share * len(idx))
+        n_plain = round((1 - self.augment_mnist) * (len(idx) - n_fonts))  # MNIST as the model learnt it
         device = self.train.images.device
         mnist = torch.randint(len(self.train), (len(idx) - n_fonts,), device=device, generator=generator)
         typed = torch.randint(len(self.fonts), (n_fonts,), device=device, generator=generator)
         images = torch.cat([self.train.images[mnist], self.fonts.images[typed]])  # (B, 28, 28) uint8
         labels = torch.cat([self.train.labels[mnist], self.fonts.labels[typed]])
-        x = data.random_shift(self.augment(data.to_float(images), generator), self.max_shift, generator)
-        return Batch(x, labels)
+        x = data.to_float(images)
+        x = torch.cat([x[:n_plain], self.augment(x[n_plain:], generator)])
+        return Batch(data.random_shift(x, self.max_shift, generator), labels)
 
     def loss(self, model: nn.Module, batch: Batch) -> StepOut:
         out = model(batch.x, batch.y)  # the decoder draws the true class's capsule
@@ -110,16 +127,50 @@ def finetune(config: TrainConfig, tune: FineTuneConfig, log=print) -> Run:
     log(f"fine-tuning {model_dir} ({source['version']}) on {hardware(config.device)}: {len(splits['train']):,} "
         f"MNIST training digits and {len(bank):,} font digits ({len(fonts.available())} fonts), "
         f"{100 * tune.font_share:g}% of each batch; {len(splits['val']):,} MNIST val")
-    task = FontMix(splits, bank, font_val, tune.font_share, tune.epoch_images, config.max_shift, augment(config),
-                   config.eval_batch_size)
+    task = FontMix(splits, bank, font_val, tune.font_share, tune.augment_mnist, tune.epoch_images, config.max_shift,
+                   augment(config), config.eval_batch_size)
     return fit(model, task, config, log)
 
 
-def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None) -> dict:
-    """The run's kept epoch as a model folder: graphs, parity and card (export_checkpoint), the card's
-    `fine_tune` section (OUT/finetune.json) and its int8 graph (quantize_model, which updates the card)."""
-    card = export_checkpoint(run_dir / "best.pt", out_dir, data_dir)
-    card["fine_tune"] = json.loads((run_dir / SETTINGS).read_text())
+def blend(run_dir: Path, alpha: float) -> Path:
+    """OUT/best.pt with its weights blended with the run's starting weights, (1 - α)·θ0 + α·θ1 (WiSE-FT
+    eq. 1), as the checkpoint OUT/blend-α.pt (α = 1: best.pt itself)."""
+    if alpha == 1:
+        return run_dir / "best.pt"
+    if not 0 <= alpha < 1:
+        raise ValueError(f"the blend's α must be in [0, 1], got {alpha}")
+    ckpt = torch.load(run_dir / "best.pt", map_location="cpu", weights_only=True)
+    start = model_from_graphs(Path(json.loads((run_dir / SETTINGS).read_text())["model_dir"])).state_dict()
+    ckpt["model"] = {k: (1 - alpha) * start[k] + alpha * v for k, v in ckpt["model"].items()}
+    path = run_dir / f"blend-{alpha:g}.pt"
+    torch.save(ckpt, path)
+    return path
+
+
+def compare_mixes(run_dir: Path, alphas: list[float], data_dir: Path | None = None, log=print) -> list[dict]:
+    """Each blend's accuracy on MNIST's validation split and on the held-out font digits (α = 0: the
+    starting weights), the splits the run itself validated on."""
+    config = TrainConfig(**torch.load(run_dir / "best.pt", map_location="cpu", weights_only=True)["train_config"])
+    config = replace(config, device="cpu", data_dir=str(data_dir) if data_dir else config.data_dir)
+    tune = json.loads((run_dir / SETTINGS).read_text())
+    val = load_splits(config)["val"]
+    font_val = font_split(tune["font_val_images"], config.seed + 1, "cpu")
+    rows = []
+    for alpha in [0.0, *alphas]:
+        model = model_from_graphs(Path(tune["model_dir"])) if alpha == 0 else load_checkpoint(blend(run_dir, alpha))[0]
+        rows.append({"alpha": alpha, "val_acc": evaluate(model, val)["accuracy"],
+                     "val_fonts_acc": evaluate(model, font_val)["accuracy"]})
+        log(f"α = {alpha:g}: MNIST val {100 * rows[-1]['val_acc']:.2f}%, "
+            f"fonts val {100 * rows[-1]['val_fonts_acc']:.1f}%")
+    return rows
+
+
+def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None, alpha: float = 1.0) -> dict:
+    """The run's kept epoch (blended, α < 1) as a model folder: graphs, parity and card (export_checkpoint),
+    the card's `fine_tune` section (OUT/finetune.json and α) and its int8 graph (quantize_model, which
+    updates the card)."""
+    card = export_checkpoint(blend(run_dir, alpha), out_dir, data_dir)
+    card["fine_tune"] = {**json.loads((run_dir / SETTINGS).read_text()), "blend_alpha": alpha}
     (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     quantize_model(out_dir, data_dir)
     return json.loads((out_dir / contract.MODEL_CARD).read_text())
@@ -130,6 +181,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m training.finetune", description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", default=f.model_dir, help="the model folder to start from")
     p.add_argument("--font-share", type=float, default=f.font_share, help="fraction of each batch that is font digits")
+    p.add_argument("--augment-mnist", type=float, default=f.augment_mnist,
+                   help="fraction of each batch's MNIST digits augmented too (font digits always are)")
     p.add_argument("--font-images", type=int, default=f.font_images, help="font digits rendered for training")
     p.add_argument("--font-val-images", type=int, default=f.font_val_images, help="held-out font digits (log only)")
     p.add_argument("--epoch-images", type=int, default=f.epoch_images, help="draws per epoch")
@@ -158,16 +211,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt, data stream included")
     p.add_argument("--export", type=Path, default=None, metavar="DIR",
                    help="train nothing: write OUT's kept epoch as a model folder in DIR (graphs, card, int8)")
+    p.add_argument("--mix", type=float, default=1.0, help="with --export: blend α of the kept epoch with the "
+                                                          "starting weights (1: the kept epoch alone)")
+    p.add_argument("--mixes", default=None, metavar="A,B,...",
+                   help="train nothing: measure these blends on the validation splits")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = vars(parse_args(argv))
+    data_dir = Path(args["data_dir"]) if args["data_dir"] else None
+    if args["mixes"]:
+        return {"mixes": compare_mixes(Path(args["out"]), [float(a) for a in args["mixes"].split(",")], data_dir)}
     if args["export"]:
-        data_dir = Path(args["data_dir"]) if args["data_dir"] else None
-        return export_candidate(Path(args["out"]), args["export"], data_dir)
+        return export_candidate(Path(args["out"]), args["export"], data_dir, args["mix"])
     tune = FineTuneConfig(**{k: args.pop(k) for k in asdict(FineTuneConfig())})
-    args.pop("export")
+    for key in ("export", "mix", "mixes"):
+        args.pop(key)
     run = finetune(TrainConfig(**args), tune, partial(print, flush=True))
     return {"run": run}
 

@@ -10,7 +10,8 @@ import torch
 from model import contract
 from training import data, fonts
 from training.config import TrainConfig
-from training.finetune import FineTuneConfig, FontMix, finetune
+from training.export import model_from_graphs
+from training.finetune import FineTuneConfig, FontMix, blend, finetune
 
 
 @pytest.fixture
@@ -21,15 +22,19 @@ def few_fonts(monkeypatch):
     return files
 
 
-def test_every_batch_holds_its_share_of_font_digits(mnist_fixture):
+def test_every_batch_holds_its_share_of_font_digits_and_of_augmented_mnist(mnist_fixture):
     images, labels = (torch.from_numpy(a[:100].copy()) for a in mnist_fixture)
     splits = {"train": data.Split(images, labels), "val": data.Split(images[:10], labels[:10])}
     bank = data.Split(torch.zeros(5, 28, 28, dtype=torch.uint8), torch.full((5,), 7))  # blank "7"s
-    task = FontMix(splits, bank, bank, font_share=0.25, epoch_images=64, max_shift=2, augment=data.Augment())
+    task = FontMix(splits, bank, bank, font_share=0.25, augment_mnist=0.5, epoch_images=64, max_shift=0,
+                   augment=data.Augment(rotate=90))
     batch = task.draw(torch.arange(16), torch.Generator().manual_seed(0))
     assert batch.x.shape == (16, 1, 28, 28) and task.train_size == 64
     assert (batch.y[-4:] == 7).all() and (batch.x[-4:] == 0).all()  # the last quarter from the bank
     assert (batch.x[:-4].flatten(1).amax(1) > 0.5).all()  # MNIST digits before them
+    originals = data.to_float(images)  # (100, 1, 28, 28): which MNIST digit each of the 12 is
+    match = [(originals - x).abs().flatten(1).amax(1).min().item() < 1e-6 for x in batch.x[:12]]
+    assert match == [True] * 6 + [False] * 6  # half of MNIST as it is, half turned by up to 90 degrees
 
 
 @pytest.mark.slow
@@ -46,3 +51,13 @@ def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, fe
     assert settings["font_share"] == tune.font_share and settings["fonts"] == [str(p) for p in few_fonts]
     resumed = finetune(TrainConfig(**{**vars(config), "epochs": 2, "resume": True}), tune)
     assert [h["epoch"] for h in resumed.history] == [1, 2]
+
+    # WiSE-FT: halfway between the shipped weights and the kept epoch's, parameter by parameter
+    start = model_from_graphs(contract.MODEL_DIR).state_dict()
+    kept = torch.load(tmp_path / "best.pt", weights_only=True)["model"]
+    half = torch.load(blend(tmp_path, 0.5), weights_only=True)["model"]
+    moved = [k for k in kept if not torch.equal(kept[k], start[k])]
+    assert moved and all(torch.allclose(half[k], (start[k] + kept[k]) / 2, atol=1e-6) for k in kept)
+    assert blend(tmp_path, 1.0) == tmp_path / "best.pt"
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        blend(tmp_path, 1.5)
