@@ -3,23 +3,29 @@
 $ python -m benchmarks.serve_bench                       # CPU or GPU, whatever CAPSNET_PROVIDERS gives
 $ python -m benchmarks.serve_bench --seconds 2 --clients 1,8
 
-Starts its own servers on 127.0.0.1 (batching on: max_batch 64; off: max_batch 1), each with two
-extra routes: a no-op that parses the same multipart body and answers a small JSON (the HTTP
-ceiling), and one that times the engine's own session.run in the server process (the bare model:
-the same graph, threads and cores as /predict). For each server and 1, 8, 64 concurrent clients it
-measures p50/p99 latency and requests/s of /predict (full answer) and of the no-op. Where the
+Starts its own servers on 127.0.0.1 (the default model, mnist; batching on: max_batch 64; off:
+max_batch 1), each with two extra routes: a no-op that parses the same multipart body and answers a
+small JSON (the HTTP ceiling), and one that times the engine's own session.run in the server process
+(the bare model: the same graph, threads and cores as /predict). The load comes from `hey` (Debian's
+package; a Go load generator: a Python client on the same cores measured itself, 12.2 ms p50 where hey
+saw 5.8). For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
+of /predict (full answer) and of the no-op. Where the
 machine has four cores or more, the server is pinned to the first half of them (ONNX Runtime gets
 that many threads) and this process, the load generator, to the rest, so that the two do not take
 each other's cores; on fewer, both share them all (see split_cpus). Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 import argparse
-import asyncio
+import csv
+import io
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +39,8 @@ HOST = "127.0.0.1"
 PORT = 8917
 CLIENTS = (1, 8, 64)
 SECONDS = 4.0  # per measurement
-MAX_REQUESTS = 3000  # per measurement, whichever comes first
 WARMUP_REQUESTS = 20
+BOUNDARY = "capsnet-bench-boundary"
 BARE_REPEATS = (200, 10)  # session.run repeats at batch 1 and at BATCH
 BATCH = 64
 RESULTS = REPO / "benchmarks" / "results"
@@ -66,7 +72,8 @@ def serve(max_batch: int, cores: set[int]) -> None:
     from app.settings import Settings
 
     os.sched_setaffinity(0, cores)
-    settings = Settings(host=HOST, port=PORT, max_batch=max_batch, log_level="warning", intra_op_threads=len(cores))
+    settings = Settings(host=HOST, port=PORT, models=["mnist"], max_batch=max_batch, log_level="warning",
+                        intra_op_threads=len(cores))
     app = create_app(settings)
 
     @app.post(NOOP, include_in_schema=False)
@@ -77,7 +84,8 @@ def serve(max_batch: int, cores: set[int]) -> None:
 
     @app.get(BARE, include_in_schema=False)
     def bare(batch: int, repeats: int) -> dict:  # a plain def: runs on a worker thread, as the batcher's runs do
-        engine = app.state.engine
+        engines = app.state.engines
+        engine = engines[engines.default]
         size = engine.capsnet.get_inputs()[0].shape[-1]
         x = np.random.default_rng(0).random((batch, 1, size, size), np.float32)
         engine.capsnet.run(engine.output_names, {contract.IMAGE: x})
@@ -92,8 +100,6 @@ def serve(max_batch: int, cores: set[int]) -> None:
 
 
 def digit_png() -> bytes:
-    import io
-
     from PIL import Image
     with np.load(REPO / "tests" / "fixtures" / "mnist_test_1000.npz") as f:
         image = f["images"][0]
@@ -102,35 +108,42 @@ def digit_png() -> bytes:
     return buffer.getvalue()
 
 
-async def load(client, path: str, body: bytes, clients: int, seconds: float, params: dict) -> dict:
-    """`clients` concurrent loops posting the digit until the time or request budget is spent."""
-    latencies: list[float] = []
-    files = {"file": ("digit.png", body, "image/png")}
-    for _ in range(WARMUP_REQUESTS):
-        (await client.post(path, files=files, params=params)).raise_for_status()
-    stop = time.perf_counter() + seconds
+def multipart(png: bytes) -> bytes:
+    """The body of a multipart/form-data upload of `png` as the field `file` (what curl -F sends)."""
+    head = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"digit.png\"\r\n"
+            "Content-Type: image/png\r\n\r\n").encode()
+    return head + png + f"\r\n--{BOUNDARY}--\r\n".encode()
 
-    async def one_client():
-        while time.perf_counter() < stop and len(latencies) < MAX_REQUESTS:
-            start = time.perf_counter()
-            response = await client.post(path, files=files, params=params)
-            response.raise_for_status()
-            latencies.append(time.perf_counter() - start)
 
-    start = time.perf_counter()
-    await asyncio.gather(*[one_client() for _ in range(clients)])
-    elapsed = time.perf_counter() - start
-    ms = np.array(latencies) * 1000
+def hey(url: str, body: Path, clients: int, seconds: float) -> dict:
+    """`clients` concurrent connections posting `body` to `url` for `seconds` (hey -z), every request's
+    time from hey's CSV: p50/p99 and requests/s; any answer but 200 fails the run."""
+    command = ["hey", "-z", f"{seconds}s", "-c", str(clients), "-m", "POST", "-D", str(body),
+               "-T", f"multipart/form-data; boundary={BOUNDARY}", "-o", "csv", url]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    if not rows:
+        raise RuntimeError(f"hey sent no request to {url}")
+    statuses = {row["status-code"] for row in rows}
+    if statuses != {"200"}:
+        raise RuntimeError(f"{url} answered {sorted(statuses)} under load (only 200 expected)")
+    ms = np.array([float(row["response-time"]) for row in rows]) * 1000
+    elapsed = max(float(row["offset"]) + float(row["response-time"]) for row in rows)
     return {"requests": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 3),
             "p99_ms": round(float(np.percentile(ms, 99)), 3), "rps": round(len(ms) / elapsed, 1)}
 
 
-async def batches_run(client) -> int:
-    """How many batches the server's capsnet has run so far (GET /metrics)."""
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.read()
+
+
+def batches_run(base: str) -> int:
+    """How many batches the server's default model has run so far (GET /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
-    text = (await client.get("/metrics")).text
+    text = get(f"{base}/metrics").decode()
     return int(next((s.value for family in text_string_to_metric_families(text) for s in family.samples
-                     if s.name == "capsnet_batch_size_count" and s.labels.get("model") == "capsnet"), 0))
+                     if s.name == "capsnet_batch_size_count" and s.labels.get("model") == "mnist"), 0))
 
 
 def device() -> str:
@@ -147,56 +160,56 @@ def device() -> str:
     return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"
 
 
-async def bench_server(max_batch: int, clients_list, seconds: float, body: bytes,
-                       server_cpus: set[int]) -> tuple[list[dict], list[str], str, dict]:
+def wait_ready(base: str, process: subprocess.Popen) -> dict:
+    for _ in range(600):
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}) before it was ready")
+        try:
+            return json.loads(get(f"{base}/ready"))
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("the server did not become ready")
+
+
+def bench_server(max_batch: int, clients_list, seconds: float, body: Path,
+                 server_cpus: set[int]) -> tuple[list[dict], list[str], str, dict]:
     """Start a server, time the bare model while it idles (same moment, same machine load), then load it."""
-    import httpx
     cores = ",".join(map(str, sorted(server_cpus)))
     process = subprocess.Popen([sys.executable, "-m", "benchmarks.serve_bench", "--serve", str(max_batch),
                                 "--cores", cores], cwd=REPO)
-    rows = []
+    base, rows = f"http://{HOST}:{PORT}", []
     try:
-        limits = httpx.Limits(max_connections=max(clients_list), max_keepalive_connections=max(clients_list))
-        async with httpx.AsyncClient(base_url=f"http://{HOST}:{PORT}", limits=limits, timeout=60) as client:
-            for _ in range(600):
-                try:
-                    if (await client.get("/ready")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.2)
-            else:
-                raise RuntimeError("the server did not become ready")
-            ready = (await client.get("/ready")).json()
-            providers, precision = ready["providers"], ready["precision"]
-            bare = await bare_session_run(client)
-            batching = "on" if max_batch > 1 else "off"
-            cases = [("/predict", "all", {})] + [("/predict", "none", {"include": ""})] + [(NOOP, "-", {})]
-            for clients in clients_list:
-                for path, include, params in cases:
-                    if include == "none" and clients != 1:
-                        continue  # the trimmed answer only matters for the latency comparison
-                    before = await batches_run(client)
-                    result = await load(client, path, body, clients, seconds, params)
-                    batches = await batches_run(client) - before
-                    row = {"batching": batching, "endpoint": path if path != NOOP else "no-op", "include": include,
-                           "clients": clients, **result}
-                    if path != NOOP and batches:
-                        row["mean_batch"] = round((result["requests"] + WARMUP_REQUESTS) / batches, 2)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+        ready = wait_ready(base, process)
+        providers, precision = ready["providers"], ready["precision"]
+        bare = bare_session_run(base)
+        batching = "on" if max_batch > 1 else "off"
+        cases = [("/predict", "all", ""), ("/predict", "none", "?include="), (NOOP, "-", "")]
+        for clients in clients_list:
+            for path, include, query in cases:
+                if include == "none" and clients != 1:
+                    continue  # the trimmed answer only matters for the latency comparison
+                url = f"{base}{path}{query}"
+                hey(url, body, 1, 0.5)  # warm-up
+                before = batches_run(base)
+                result = hey(url, body, clients, seconds)
+                batches = batches_run(base) - before
+                row = {"batching": batching, "endpoint": path if path != NOOP else "no-op", "include": include,
+                       "clients": clients, **result}
+                if path != NOOP and batches:
+                    row["mean_batch"] = round(result["requests"] / batches, 2)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
         process.terminate()
         process.wait(30)
     return rows, providers, precision, bare
 
 
-async def bare_session_run(client) -> dict:
+def bare_session_run(base: str) -> dict:
     """The engine's session.run alone, timed in the server process while it idles (all outputs, as /predict)."""
     out = {}
     for n, repeats in zip((1, BATCH), BARE_REPEATS):
-        response = await client.get(BARE, params={"batch": n, "repeats": repeats})
-        out[f"batch_{n}_p50_ms"] = response.raise_for_status().json()["p50_ms"]
+        out[f"batch_{n}_p50_ms"] = json.loads(get(f"{base}{BARE}?batch={n}&repeats={repeats}"))["p50_ms"]
     out[f"batch_{BATCH}_images_per_s"] = round(BATCH / out[f"batch_{BATCH}_p50_ms"] * 1000, 1)
     return out
 
@@ -204,7 +217,7 @@ async def bare_session_run(client) -> dict:
 def markdown(report: dict) -> str:
     bare = report["bare_session_run"]
     lines = [f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])}, {report['precision']})", "",
-             f"{report['when']}; {report['seconds']} s per row; client and server on the same machine, the server on "
+             f"{report['when']}; {report['seconds']} s per row, load from hey; client and server on the same machine, the server on "
              f"cores {report['server_cpus']}, the load generator on {report['client_cpus']}; "
              f"1-min load average {report['load_average'][0]} before, {report['load_average'][1]} after.", "",
              f"Bare session.run (the server's session, in the server process): batch 1 p50 {bare['batch_1_p50_ms']} ms; batch {BATCH} p50 "
@@ -256,19 +269,23 @@ def main(argv=None) -> dict:
     if args.serve is not None:
         serve(args.serve, {int(c) for c in args.cores.split(",")})
         return {}
+    if shutil.which("hey") is None:
+        sys.exit("serve_bench needs the load generator hey: apt-get install hey")
     clients = [int(c) for c in args.clients.split(",")]
     server_cpus, client_cpus = split_cpus()
-    os.sched_setaffinity(0, client_cpus)  # the server child sets its own
+    os.sched_setaffinity(0, client_cpus)  # the server child sets its own; hey inherits this process's
     load_before = os.getloadavg()[0]
-    body = digit_png()
     rows, bares = [], []
-    for max_batch in (64, 1):
-        server_rows, providers, precision, bare = asyncio.run(bench_server(max_batch, clients, args.seconds, body,
-                                                                                  server_cpus))
-        rows, bares = rows + server_rows, bares + [bare]
+    with tempfile.TemporaryDirectory() as tmp:
+        body = Path(tmp) / "body"
+        body.write_bytes(multipart(digit_png()))
+        for max_batch in (64, 1):
+            server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body,
+                                                                   server_cpus)
+            rows, bares = rows + server_rows, bares + [bare]
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
-    report = {"device": device(), "providers": providers, "precision": precision,
+    report = {"device": device(), "providers": providers, "precision": precision, "load_generator": "hey",
               "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "when": time.strftime("%Y-%m-%d %H:%M"),
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
               "seconds": args.seconds, "bare_session_run": bare,
