@@ -165,12 +165,31 @@ def compare_mixes(run_dir: Path, alphas: list[float], data_dir: Path | None = No
     return rows
 
 
+BASE_FACTS = ("version", "test_accuracy", "epochs", "run_epochs", "hardware", "precision", "train_seconds",
+              "augmentations")  # what a fine-tuned card keeps of the card it started from
+
+
+def recipe(card: dict) -> str:
+    """The fine-tune's augmentations in words, from its card's train_config and fine_tune sections."""
+    t, f = card["train_config"], card["fine_tune"]
+    return (f"fine-tuned from {f['base']['version']} ({f['base'].get('augmentations', 'its own recipe')}): "
+            f"{f['epoch_images'] * t['epochs']:,} draws, {f['font_share']:.0%} of each batch digits of "
+            f"{len(f['fonts'])} training-only fonts (training/fonts.py); the font digits and "
+            f"{f['augment_mnist']:.0%} of the MNIST ones with training.data.Augment (rotation ±{t['rotate']:g}°, "
+            f"scale ±{t['scale']:g}, shear ±{t['shear']:g}°, stroke jitter p={t['stroke_jitter']:g}, elastic "
+            f"alpha {t['elastic_alpha']:g} px sigma {t['elastic_sigma']:g} px); every image ±{t['max_shift']} px "
+            f"shifts; Adam lr {t['lr']:g} x{t['lr_decay']:g} per epoch; weight blend α = {f['blend_alpha']:g}")
+
+
 def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None, alpha: float = 1.0) -> dict:
     """The run's kept epoch (blended, α < 1) as a model folder: graphs, parity and card (export_checkpoint),
-    the card's `fine_tune` section (OUT/finetune.json and α) and its int8 graph (quantize_model, which
-    updates the card)."""
+    the card's `fine_tune` section (OUT/finetune.json, α and the facts of the card it started from) and
+    `augmentations` (recipe), and its int8 graph (quantize_model, which updates the card)."""
     card = export_checkpoint(blend(run_dir, alpha), out_dir, data_dir)
-    card["fine_tune"] = {**json.loads((run_dir / SETTINGS).read_text()), "blend_alpha": alpha}
+    settings = json.loads((run_dir / SETTINGS).read_text())
+    base = json.loads((Path(settings["model_dir"]) / contract.MODEL_CARD).read_text())
+    card["fine_tune"] = {**settings, "blend_alpha": alpha, "base": {k: base[k] for k in BASE_FACTS if k in base}}
+    card["augmentations"] = recipe(card)
     (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     quantize_model(out_dir, data_dir)
     return json.loads((out_dir / contract.MODEL_CARD).read_text())

@@ -11,7 +11,7 @@ from model import contract
 from training import data, fonts
 from training.config import TrainConfig
 from training.export import model_from_graphs
-from training.finetune import FineTuneConfig, FontMix, blend, finetune
+from training.finetune import FineTuneConfig, FontMix, blend, finetune, recipe
 
 
 @pytest.fixture
@@ -61,3 +61,13 @@ def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, fe
     assert blend(tmp_path, 1.0) == tmp_path / "best.pt"
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         blend(tmp_path, 1.5)
+
+
+def test_the_served_card_states_its_fine_tune():
+    """model/capsnet.json: the recipe in words from its own settings, and the flagship it started from."""
+    card = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    tune, config = card["fine_tune"], card["train_config"]
+    assert card["augmentations"] == recipe(card)
+    assert f"lr {config['lr']:g}" in card["augmentations"] and f"{tune['font_share']:.0%}" in card["augmentations"]
+    assert tune["base"]["version"] == tune["source"]["version"] != card["version"]
+    assert tune["base"]["test_accuracy"] <= card["test_accuracy"]  # the gate: not below the flagship on MNIST
