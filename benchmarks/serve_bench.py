@@ -9,7 +9,9 @@ small JSON (the HTTP ceiling), and one that times the engine's own session.run i
 (the bare model: the same graph, threads and cores as /predict). The load comes from `hey` (Debian's
 package; a Go load generator: a Python client on the same cores measured itself, 12.2 ms p50 where hey
 saw 5.8). For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
-of /predict (full answer) and of the no-op. Where the
+of /predict (the full answer; include= with the default preprocessing and with preprocess=none), of
+the no-op and of GET /health; then the same digit through the fifteen-line template a user would
+write (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), the baseline. Where the
 machine has four cores or more, the server is pinned to the first half of them (ONNX Runtime gets
 that many threads) and this process, the load generator, to the rest, so that the two do not take
 each other's cores; on fewer, both share them all (see split_cpus). Writes benchmarks/results/serve_bench.json and .md. Not a test.
@@ -115,11 +117,11 @@ def multipart(png: bytes) -> bytes:
     return head + png + f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
-def hey(url: str, body: Path, clients: int, seconds: float) -> dict:
-    """`clients` concurrent connections posting `body` to `url` for `seconds` (hey -z), every request's
-    time from hey's CSV: p50/p99 and requests/s; any answer but 200 fails the run."""
-    command = ["hey", "-z", f"{seconds}s", "-c", str(clients), "-m", "POST", "-D", str(body),
-               "-T", f"multipart/form-data; boundary={BOUNDARY}", "-o", "csv", url]
+def hey(url: str, body: Path | None, clients: int, seconds: float) -> dict:
+    """`clients` concurrent connections posting `body` to `url` (a GET without one) for `seconds` (hey -z),
+    every request's time from hey's CSV: p50/p99 and requests/s; any answer but 200 fails the run."""
+    post = ["-m", "POST", "-D", str(body), "-T", f"multipart/form-data; boundary={BOUNDARY}"] if body else []
+    command = ["hey", "-z", f"{seconds}s", "-c", str(clients), *post, "-o", "csv", url]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     if not rows:
@@ -160,15 +162,35 @@ def device() -> str:
     return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"
 
 
-def wait_ready(base: str, process: subprocess.Popen) -> dict:
+def wait_ready(base: str, process: subprocess.Popen, path: str = "/ready") -> dict:
     for _ in range(600):
         if process.poll() is not None:
             raise RuntimeError(f"the server exited ({process.returncode}) before it was ready")
         try:
-            return json.loads(get(f"{base}/ready"))
+            return json.loads(get(f"{base}{path}"))
         except OSError:
             time.sleep(0.2)
     raise RuntimeError("the server did not become ready")
+
+
+def bench_template(clients_list, seconds: float, body: Path, server_cpus: set[int]) -> list[dict]:
+    """The fifteen-line template (benchmarks/template_app.py) under the same load, on the same cores."""
+    process = subprocess.Popen(["taskset", "-c", ",".join(map(str, sorted(server_cpus))), sys.executable, "-m",
+                                "uvicorn", "benchmarks.template_app:app", "--host", HOST, "--port", str(PORT),
+                                "--log-level", "warning"], cwd=REPO)
+    base, rows = f"http://{HOST}:{PORT}", []
+    try:
+        wait_ready(base, process, "/openapi.json")
+        for clients in clients_list:
+            hey(f"{base}/predict", body, 1, 0.5)  # warm-up
+            row = {"batching": "template", "endpoint": "/predict", "include": "-", "clients": clients,
+                   **hey(f"{base}/predict", body, clients, seconds)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        process.terminate()
+        process.wait(30)
+    return rows
 
 
 def bench_server(max_batch: int, clients_list, seconds: float, body: Path,
@@ -183,19 +205,19 @@ def bench_server(max_batch: int, clients_list, seconds: float, body: Path,
         providers, precision = ready["providers"], ready["precision"]
         bare = bare_session_run(base)
         batching = "on" if max_batch > 1 else "off"
-        cases = [("/predict", "all", ""), ("/predict", "none", "?include="), (NOOP, "-", "")]
+        cases = [("/predict", "all", ""), ("/predict", "none", "?include="),
+                 ("/predict", "none, preprocess=none", "?include=&preprocess=none"), (NOOP, "-", ""),
+                 ("/health", "-", "")]
         for clients in clients_list:
             for path, include, query in cases:
-                if include == "none" and clients != 1:
-                    continue  # the trimmed answer only matters for the latency comparison
-                url = f"{base}{path}{query}"
-                hey(url, body, 1, 0.5)  # warm-up
+                url, sent = f"{base}{path}{query}", None if path == "/health" else body
+                hey(url, sent, 1, 0.5)  # warm-up
                 before = batches_run(base)
-                result = hey(url, body, clients, seconds)
+                result = hey(url, sent, clients, seconds)
                 batches = batches_run(base) - before
-                row = {"batching": batching, "endpoint": path if path != NOOP else "no-op", "include": include,
+                row = {"batching": batching, "endpoint": {NOOP: "no-op"}.get(path, path), "include": include,
                        "clients": clients, **result}
-                if path != NOOP and batches:
+                if path == "/predict" and batches:
                     row["mean_batch"] = round(result["requests"] / batches, 2)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -253,6 +275,11 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
         row("on", "/predict", "all", top)["rps"] / row("on", "no-op", "-", top)["rps"], 3)
     out[f"batching on / off, /predict req/s at {top} clients"] = round(
         row("on", "/predict", "all", top)["rps"] / row("off", "/predict", "all", top)["rps"], 2)
+    template = row("template", "/predict", "-", 1)["p50_ms"], row("template", "/predict", "-", top)["rps"]
+    out["/predict?include=&preprocess=none p50 at 1 client / the template's (target < 1)"] = round(
+        row("on", "/predict", "none, preprocess=none", 1)["p50_ms"] / template[0], 2)
+    out[f"/predict?include= req/s at {top} clients / the template's (target > 1)"] = round(
+        row("on", "/predict", "none", top)["rps"] / template[1], 2)
     if on_gpu:
         out["/predict p50 at 1 client (GPU target < 3 ms)"] = one
     return out
@@ -283,6 +310,7 @@ def main(argv=None) -> dict:
             server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body,
                                                                    server_cpus)
             rows, bares = rows + server_rows, bares + [bare]
+        rows += bench_template(clients, args.seconds, body, server_cpus)
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
     report = {"device": device(), "providers": providers, "precision": precision, "load_generator": "hey",

@@ -12,10 +12,12 @@ from benchmarks import serve_bench
 def test_serve_bench_writes_its_report(tmp_path):
     report = serve_bench.main(["--seconds", "0.3", "--clients", "1,2", "--out", str(tmp_path / "serve.json")])
     rows = json.loads((tmp_path / "serve.json").read_text())["rows"]
+    cases = (("/predict", "all"), ("/predict", "none"), ("/predict", "none, preprocess=none"), ("no-op", "-"),
+             ("/health", "-"))
     assert {(r["batching"], r["endpoint"], r["include"], r["clients"]) for r in rows} == {
-        (b, e, i, c) for b in ("on", "off") for c in (1, 2) for e, i in (("/predict", "all"), ("no-op", "-"))
-    } | {("on", "/predict", "none", 1), ("off", "/predict", "none", 1)}
+        (b, e, i, c) for b in ("on", "off") for c in (1, 2) for e, i in cases
+    } | {("template", "/predict", "-", c) for c in (1, 2)}
     assert all(r["requests"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 for r in rows)
-    assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict")
+    assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict" and r["batching"] != "template")
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
     assert "Bare session.run" in (tmp_path / "serve.md").read_text()
