@@ -520,11 +520,14 @@ def garment(image: Image.Image, box: int, size: int) -> Prepared:
     paper = float(median(frame))
     a = (paper - x) / max(paper, 1e-6) if paper >= 0.5 else (x - paper) / max(1.0 - paper, 1e-6)
     a = np.clip(a, 0.0, 1.0)
+    flat = ImageError("nothing stands out from the background: the image is one flat colour (or noise); send a "
+                      "photo of one garment on a plain background")
     if a.max() < MIN_CONTRAST:
-        raise ImageError("nothing stands out from the background: the image is one flat colour; send a photo "
-                         "of one garment on a plain background")
+        raise flat
     floor = max(TRIM, NOISE_FLOOR * robust_sigma(frame - paper))
     labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
+    if n == 0:  # all of it within the frame's noise of the background: noise, no object
+        raise flat
     masses = np.bincount(labels.ravel(), a.ravel(), n + 1)[1:]
     kept = np.flatnonzero(masses >= MIN_PART * masses.max()) + 1
     rows, cols = np.nonzero(np.isin(labels, kept))

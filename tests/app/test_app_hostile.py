@@ -14,6 +14,7 @@ DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some in
 PNG = png_bytes(DIGIT)
 B64 = base64.b64encode(PNG).decode()
 CAPSULE = [0.1] * 16
+NOISE = png_bytes(np.random.default_rng(0).integers(0, 256, (170, 127), dtype=np.uint8))  # no object, no ink
 
 
 def upload(data: bytes, name: str = "digit.png", mime: str = "image/png") -> dict:
@@ -66,6 +67,8 @@ CASES = [
     ("20 MB chunked body", "POST", "/predict",
      {"content": Chunked(b"\x00" * (20 * MB)), "headers": {"content-type": "application/json"}}, {}),
     ("blank white canvas", "POST", "/predict", upload(bigger()), {}),
+    ("uniform noise as a digit", "POST", "/predict", upload(NOISE), {}),
+    ("uniform noise as a garment", "POST", "/predict", upload(NOISE), {"model": "fashion-mnist"}),
     ("blank transparent canvas", "POST", "/predict", upload(png_bytes(Image.new("RGBA", (280, 280)))), {}),
     ("preprocess=none on 280x280", "POST", "/predict", upload(bigger(value=0)), {"preprocess": "none"}),
     ("unknown preprocess", "POST", "/predict", upload(PNG), {"preprocess": "fancy"}),
