@@ -44,6 +44,7 @@ import torch.nn as nn
 from model import contract
 from training import data, fonts
 from training.config import PRECISIONS, TrainConfig, augment
+from training.compact import compact
 from training.evaluate import evaluate, load_checkpoint
 from training.export import export_checkpoint, model_from_graphs, sha256
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
@@ -182,10 +183,12 @@ def recipe(card: dict) -> str:
 
 
 def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None, alpha: float = 1.0) -> dict:
-    """The run's kept epoch (blended, α < 1) as a model folder: graphs, parity and card (export_checkpoint),
+    """The run's kept epoch (blended, α < 1) in fp16, as every shipped model's weights are (training.compact:
+    the graphs store them as fp16, half the size), as a model folder: graphs, parity and card (export_checkpoint),
     the card's `fine_tune` section (OUT/finetune.json, α and the facts of the card it started from) and
     `augmentations` (recipe), and its int8 graph (quantize_model, which updates the card)."""
-    card = export_checkpoint(blend(run_dir, alpha), out_dir, data_dir)
+    weights = compact(blend(run_dir, alpha), run_dir / f"export-{alpha:g}.pt")  # fp16: graphs half the size
+    card = export_checkpoint(weights, out_dir, data_dir)
     settings = json.loads((run_dir / SETTINGS).read_text())
     base = json.loads((Path(settings["model_dir"]) / contract.MODEL_CARD).read_text())
     card["fine_tune"] = {**settings, "blend_alpha": alpha, "base": {k: base[k] for k in BASE_FACTS if k in base}}
