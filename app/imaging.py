@@ -21,7 +21,7 @@ needs (each step is one function below):
      at NORM_BOX px (the distance transform on the medial axis) and, when it is outside MNIST's range
      (contract.STROKE_RANGE), erode or dilate it to MNIST's median, so a marker's loops stay open.
   3. fit and centre as LeCun did.
-An image with transparency (a Gradio sketchpad sends strokes on a transparent layer) has its ink in
+An image with transparency (the demo's drawing pad sends strokes on a transparent canvas) has its ink in
 the alpha channel: light ink on a black paper.
 
 A model's card names its preprocessing (model/contract.py's PREPROCESSING, app/spec.py): `digit` is the

@@ -17,7 +17,7 @@ handwriting-like ones; missing fonts are skipped and the list used is in the res
   clean        black ink on a white 280x280 canvas, as drawn with a mouse
   inverted     white ink on black
   dark-theme   light ink on the dark theme's #333333 canvas (RGB)
-  transparent  ink in the alpha channel of an RGBA PNG (the Gradio sketchpad)
+  transparent  ink in the alpha channel of an RGBA PNG (the demo's drawing pad)
   thick        a marker: strokes 1.4-2x MNIST's width
   thin         a fine pen: strokes 0.3-0.5x MNIST's width
   off-centre   a small digit somewhere on an 800x600 canvas

@@ -32,6 +32,7 @@ from PIL import Image
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from frontend import plots
+from frontend.pad import drawing_pad, drawing_png
 from model.contract import (
     CAPSULE_DIM,
     IMAGE_SIZE,
@@ -72,7 +73,7 @@ DRAW_TWO_DIGITS = "✏️ Draw two overlapping digits on the canvas, or upload a
 SHOW_A_GARMENT = "👕 Upload a photo of one garment on a plain background, or pick an example."
 LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
 CANVAS = 400  # px, square
-# The brush's radius (Gradio's Brush.default_size is a radius, its strokes are circles of it): a 28 px
+# The pen's radius on the drawing pad (frontend.pad): a 28 px
 # pen is MNIST's median stroke for a digit about 250 px tall, and within MNIST's range of widths
 # (contract.STROKE_RANGE) for any digit taller than 120 px on this canvas, so the API need not reshape
 # it. The canvas is white paper with a black pen whatever the theme, and the API reads the ink from alpha.
@@ -272,7 +273,7 @@ class Tab(NamedTuple):
     view: type[View]
     pictures: tuple[tuple[str, str], ...]  # (label, elem_id) of the view's pictures before the lengths chart
     subject: str  # what to draw or upload: "a digit"
-    canvas: bool  # can it be drawn on the sketchpad?
+    canvas: bool  # can it be drawn on the pad?
     prompt: str  # the status before there is anything to predict
     examples: list[Path]
     examples_label: str
@@ -305,21 +306,6 @@ TABS = (DIGIT_TAB, PAIR_TAB, FASHION_TAB)
 
 # -------------------------------------------------------------------------------------------------
 # Handlers: plain functions of (client, inputs) -> outputs, bound to the UI in build_demo().
-def drawing_png(editor: dict[str, Any] | None) -> bytes | None:
-    """The sketchpad's strokes as one RGBA PNG (ink in alpha, background left out), None if empty."""
-    layers = [layer for layer in (editor or {}).get("layers") or [] if layer is not None]
-    if not layers:
-        return None
-    strokes = Image.new("RGBA", layers[0].size, (0, 0, 0, 0))
-    for layer in layers:
-        strokes = Image.alpha_composite(strokes, layer.convert("RGBA"))
-    if strokes.getchannel("A").getextrema()[1] == 0:
-        return None
-    buffer = io.BytesIO()
-    strokes.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def predict_png(client: ApiClient, png: bytes | None, tab: Tab = DIGIT_TAB) -> View:
     if png is None:
         return message_view(tab.view, tab.prompt)
@@ -331,8 +317,13 @@ def predict_png(client: ApiClient, png: bytes | None, tab: Tab = DIGIT_TAB) -> V
     return tab.view.of(answer, names, client.base_url)
 
 
-def predict_drawing(client: ApiClient, editor: dict[str, Any] | None, tab: Tab = DIGIT_TAB) -> View:
-    return predict_png(client, drawing_png(editor), tab)
+def predict_drawing(client: ApiClient, drawing: str | None, tab: Tab = DIGIT_TAB) -> View:
+    """The view of the pad's drawing (a PNG data URL, see frontend.pad), or the prompt if nothing is drawn."""
+    try:
+        png = drawing_png(drawing)
+    except ValueError:
+        return message_view(tab.view, "⚠️ The drawing did not arrive as a PNG image; draw it again.")
+    return predict_png(client, png, tab)
 
 
 def routing_view(client: ApiClient, answer: dict[str, Any] | None, tab: Tab = DIGIT_TAB) -> Image.Image | None:
@@ -417,10 +408,16 @@ def predict_upload(client: ApiClient, path: str | None, tab: Tab = DIGIT_TAB) ->
     return predict_png(client, Path(path).read_bytes() if path else None, tab)
 
 
+def upload_tab_id(tab: Tab) -> str:
+    return f"{tab.prefix}upload-tab"
+
+
 def predict_example(client: ApiClient, index: int, tab: Tab = DIGIT_TAB) -> tuple:
-    """The example `index` of the tab, shown in the upload, and its view."""
+    """The example `index` of the tab, shown in the upload (the Upload tab selected, in a tab with a pad;
+    the same event, so no tab select of its own follows), and its view."""
     path = str(tab.examples[index])
-    return path, *predict_upload(client, path, tab)
+    upload_in_view = (gr.Tabs(selected=upload_tab_id(tab)),) if tab.canvas else ()
+    return *upload_in_view, path, *predict_upload(client, path, tab)
 
 
 def perturb(client: ApiClient, capsules: list[list[float]] | None, digit: int | None, *deltas: float,
@@ -489,30 +486,7 @@ each redrawn from its own capsule, in red and green over the input as in Fig. 5.
 CSS = """
 .status { min-height: 4.5em; }
 .pixels img { image-rendering: pixelated; }
-.sketch canvas { background: white; }
 """
-
-
-# Fresh paper: no strokes and no background image, white by CSS. (A white background image from the
-# server was fetched and uploaded back by the sketchpad whenever the page read its value, some twenty
-# times per answer: seconds on a 2-core machine.)
-FRESH_PAPER = {"background": None, "layers": [], "composite": None}
-# Without a background image the sketchpad waits for its brush to be picked: the page picks it for the
-# person, on load, on a tab change and after the canvas is cleared (a script in the browser, run before
-# the event's own function, whose inputs it passes on).
-BRUSH_IN_HAND = """(...inputs) => {
-    const pick = (tries) => {
-        let waiting = false;
-        document.querySelectorAll('.sketch').forEach(sketch => {
-            const brush = sketch.querySelector('button[aria-label="Brush"]');
-            if (!brush || !sketch.checkVisibility()) { waiting = true; return; }
-            if (!sketch.querySelector('button[aria-label="Brush Size"]')) brush.click();
-        });
-        if (waiting && tries > 0) setTimeout(() => pick(tries - 1), 100);
-    };
-    pick(30);
-    return inputs;
-}"""
 
 
 # What follows an answer (its routing maps, the perturbed capsule and Fig. 4) waits until the browser has
@@ -535,30 +509,29 @@ def picture(label: str, elem_id: str) -> gr.Image:
     return gr.Image(label=label, format="png", height=200, buttons=[], elem_id=elem_id, elem_classes="pixels")
 
 
-def inputs(tab: Tab) -> tuple[gr.Sketchpad | None, gr.Button | None, gr.Image, gr.Dataset, gr.Tab | None,
-                              gr.Tab | None]:
-    """The tab's canvas (if it has one) and upload, with its examples below; the Draw and Upload tabs."""
+class Inputs(NamedTuple):
+    """A tab's inputs: the drawing pad and its Predict button in a Draw tab, beside an Upload tab (tabs with
+    a pad), the upload, and the examples below."""
+
+    pad: gr.HTML | None
+    button: gr.Button | None
+    tabs: gr.Tabs | None  # Draw and Upload
+    draw_tab: gr.Tab | None
+    upload_tab: gr.Tab | None
+    upload: gr.Image
+    examples: gr.Dataset
+
+
+def inputs(tab: Tab) -> Inputs:
     upload = gr.Image(type="filepath", sources=["upload", "clipboard"], label=f"An image of {tab.subject}",
                       height=360, elem_id=f"{tab.prefix}upload", render=False)
-    sketch = button = draw_tab = upload_tab = None
+    pad = button = tabs = draw_tab = upload_tab = None
     if tab.canvas:
-        with gr.Tabs(elem_id=f"{tab.prefix}inputs"):
+        with gr.Tabs(elem_id=f"{tab.prefix}inputs") as tabs:
             with gr.Tab("Draw", id=f"{tab.prefix}draw") as draw_tab:
-                sketch = gr.Sketchpad(
-                    value=FRESH_PAPER,
-                    type="pil",
-                    format="png",
-                    canvas_size=(CANVAS, CANVAS),
-                    fixed_canvas=True,
-                    brush=gr.Brush(colors=["#000000"], color_mode="fixed", default_size=BRUSH_RADIUS),
-                    layers=False,
-                    transforms=(),
-                    label=f"Draw {tab.subject}",
-                    elem_id=f"{tab.prefix}sketch",
-                    elem_classes="sketch",
-                )
+                pad = drawing_pad(f"Draw {tab.subject}", f"{tab.prefix}sketch", CANVAS, BRUSH_RADIUS)
                 button = gr.Button("Predict", variant="primary")
-            with gr.Tab("Upload", id=f"{tab.prefix}upload-tab") as upload_tab:
+            with gr.Tab("Upload", id=upload_tab_id(tab)) as upload_tab:
                 upload.render()
     else:
         upload.render()
@@ -566,7 +539,7 @@ def inputs(tab: Tab) -> tuple[gr.Sketchpad | None, gr.Button | None, gr.Image, g
     # (gr.Examples loads the example in one event and the upload's change answers in a second).
     examples = gr.Dataset(components=[upload], samples=[[str(p)] for p in tab.examples], type="index",
                           label=tab.examples_label, elem_id=f"{tab.prefix}examples")
-    return sketch, button, upload, examples, draw_tab, upload_tab
+    return Inputs(pad, button, tabs, draw_tab, upload_tab, upload, examples)
 
 
 def answer_column(tab: Tab) -> tuple[gr.Markdown, list[gr.Image], gr.Image]:
@@ -655,16 +628,6 @@ def follow_up(client: ApiClient, tab: Tab, routing: gr.Image, panel: Panel, scre
     yield {panel.grid: fig4(client, capsules, digit, model=tab.model)}
 
 
-# An example is shown in the Upload tab (gr.Tabs(selected=...) does not switch away from a sketchpad):
-# the example's event first clicks that tab in the browser, then passes its inputs on.
-TO_UPLOAD_TAB = """(...inputs) => {{
-    [...document.querySelectorAll('#{prefix}inputs button[role="tab"]')]
-        .filter(b => b.innerText.trim() === 'Upload' && b.getAttribute('aria-selected') !== 'true')
-        .forEach(b => b.click());
-    return inputs;
-}}"""
-
-
 def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
     """One model's tab, wired to the API: inputs, the answer, the routing and the perturbation panel.
     Returns the radio of capsules, whose choices the page names once the API has said the classes.
@@ -675,7 +638,7 @@ def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
     with gr.Tab(tab.title, id=tab.model) as page:
         with gr.Row(equal_height=False):
             with gr.Column(scale=4, min_width=360):
-                sketch, button, upload, examples, draw_tab, upload_tab = inputs(tab)
+                pad, button, tabs, draw_tab, upload_tab, upload, examples = inputs(tab)
             with gr.Column(scale=5, min_width=360):
                 status, pictures, lengths = answer_column(tab)
             with gr.Column(scale=4, min_width=360):
@@ -689,30 +652,31 @@ def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
     follow = dict(fn=partial(follow_up, client, tab, routing, panel), inputs=[screen, answer, *panel.sliders],
                   outputs=[routing, panel.perturbed, panel.grid], show_progress="hidden", js=AFTER_PAINT)
     drawn, uploaded = partial(predict_drawing, client, tab=tab), partial(predict_upload, client, tab=tab)
-    to_upload_tab = None
-    if sketch is not None:  # .input fires after each stroke (.change does not)
+    prompt = partial(predict_png, client, None, tab=tab)  # nothing to answer: the tab's prompt
+    if pad is not None:  # .input fires as each stroke ends
         # A stroke and the Predict click are one event, so the browser runs them in turn: a click during a
         # stroke's prediction waits and then reads the canvas as it is by then.
-        gr.on([sketch.input, button.click], shown(drawn, views, DRAWING), [screen, sketch], views, **LIVE,
+        gr.on([pad.input, button.click], shown(drawn, views, DRAWING), [screen, pad], views, **LIVE,
               api_name=f"{api}predict_drawing").then(**follow)
-        sketch.clear(shown(partial(predict_png, client, None, tab=tab), views, DRAWING, switch=True), [screen], views,
-                     js=BRUSH_IN_HAND, api_visibility="private").then(**follow)  # and the prompt again
+        pad.clear(shown(prompt, views, DRAWING, switch=True), [screen], views,
+                  api_visibility="private").then(**follow)  # and the prompt again
         # The tab in view answers: switching to Draw reads the drawing (or asks for one), to Upload the image.
-        draw_tab.select(shown(drawn, views, DRAWING, tab_select=True), [screen, sketch], views, **LIVE,
-                        js=BRUSH_IN_HAND, api_visibility="private").then(**follow)
+        draw_tab.select(shown(drawn, views, DRAWING, tab_select=True), [screen, pad], views, **LIVE,
+                        api_visibility="private").then(**follow)
         upload_tab.select(shown(uploaded, views, UPLOAD, tab_select=True), [screen, upload], views, **LIVE,
                           api_visibility="private").then(**follow)
-        to_upload_tab = TO_UPLOAD_TAB.format(prefix=tab.prefix)
     # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
     upload.upload(shown(uploaded, views, UPLOAD, switch=True), [screen, upload], views, **LIVE,
                   api_name=f"{api}predict_upload").then(**follow)
-    upload.clear(shown(uploaded, views, UPLOAD, switch=True), [screen, upload], views, **LIVE,
+    # A cleared upload asks again without reading the upload: after an example, the clear event carried the
+    # example's file still, and its answer stayed on screen with no image in the upload.
+    upload.clear(shown(prompt, views, UPLOAD, switch=True), [screen], views, **LIVE,
                  api_visibility="private").then(**follow)
-    examples.click(shown(partial(predict_example, client, tab=tab), [upload, *views], UPLOAD, switch=True),
-                   [screen, examples], [upload, *views], **LIVE, js=to_upload_tab,
-                   api_visibility="private").then(**follow)
+    shows_example = [tabs, upload] if tabs is not None else [upload]
+    examples.click(shown(partial(predict_example, client, tab=tab), [*shows_example, *views], UPLOAD, switch=True),
+                   [screen, examples], [*shows_example, *views], **LIVE, api_visibility="private").then(**follow)
     page.select(partial(model_footer, client, tab.model), None, footer, show_progress="hidden",
-                js=BRUSH_IN_HAND, api_visibility="private")
+                api_visibility="private")
     return panel.digit
 
 
@@ -725,7 +689,6 @@ def build_demo(settings: DemoSettings) -> gr.Blocks:
             radios = [model_tab(client, tab, footer) for tab in TABS]
         footer.render()
         demo.load(partial(model_footer, client), None, footer, api_name="model")
-        demo.load(None, js=BRUSH_IN_HAND)
         for tab, radio in zip(TABS, radios):
             demo.load(partial(capsule_choices, client, tab.model), None, radio, api_visibility="private")
     return demo

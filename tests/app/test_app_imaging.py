@@ -38,7 +38,7 @@ def canvases(ink: np.ndarray) -> dict[str, bytes]:
     """One drawing, four ways a client may send it."""
     u8 = np.round(ink * 255).astype(np.uint8)
     rgba = np.zeros(ink.shape + (4,), np.uint8)
-    rgba[..., 3] = u8  # black strokes on a transparent layer (Gradio sketchpad)
+    rgba[..., 3] = u8  # black strokes on a transparent layer (the demo's drawing pad)
     dark_theme = np.round(0.2 * 255 + ink * (255 - 0.2 * 255)).astype(np.uint8)  # white on #333333
     return {
         "light-on-dark": png_bytes(u8),

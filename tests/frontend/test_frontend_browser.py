@@ -29,17 +29,26 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def page():
+def browser():
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM}: `apt-get install chromium` to run the browser test (CI does)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, timeout=TIMEOUT_MS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(TIMEOUT_MS)
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A new page (a new browser context) for each test: one page driven through several tests got slower
+    with each (a stroke's answer 194 -> 349 -> 406 ms over three tests, the same tests 217 ms in a new one)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    yield page
+    context.close()
 
 
 def stroke(page, points: list[tuple[float, float]]) -> None:
@@ -59,12 +68,19 @@ def screenshot(page, path: Path) -> None:
         shutil.copyfile(path, DOCS / path.name)
 
 
-def open_demo(page, demo_url: str) -> None:
+def open_demo(page, url: str) -> None:
     from playwright.sync_api import expect
 
     expect.set_options(timeout=TIMEOUT_MS)  # its default is 5 s, short on a busy 2-core CI machine
-    page.goto(demo_url)
+    page.goto(url)
     expect(page.locator("#footer")).to_contain_text("version")
+
+
+def clear_pad(page, prefix: str = "") -> None:
+    """Click the drawing pad's Clear, as a person would if anything is drawn (it is disabled if not)."""
+    button = page.locator(f"#{prefix}sketch button[aria-label='Clear canvas']")
+    if button.is_enabled():
+        button.click()
 
 
 def pick_example(page, tab: str, prefix: str, path: Path) -> None:
@@ -73,10 +89,10 @@ def pick_example(page, tab: str, prefix: str, path: Path) -> None:
     page.locator(f"#{prefix}examples img[src$='{path.name}']").click()
 
 
-def test_draw_predict_perturb_and_screenshot(page, demo_url, tmp_path):
+def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
-    open_demo(page, demo_url)
+    open_demo(page, made_demo_url)
 
     box = page.locator("#sketch canvas").first.bounding_box()  # the drawing area sits in its middle
     cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
@@ -97,10 +113,10 @@ def test_draw_predict_perturb_and_screenshot(page, demo_url, tmp_path):
     screenshot(page, tmp_path / "demo.png")
 
 
-def test_two_digits_tab_names_both_digits_of_a_pair(page, demo_url, tmp_path):
+def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
-    open_demo(page, demo_url)
+    open_demo(page, made_demo_url)
     pair = next(p for p in PAIR_EXAMPLES if p.name.startswith("38_"))  # both capsules long (> 0.8): a clear pair
     pick_example(page, "Two digits", "pair-", pair)
     expect(page.locator("#pair-status")).to_contain_text(re.compile("Digits: (3 and 8|8 and 3)"))
@@ -111,10 +127,10 @@ def test_two_digits_tab_names_both_digits_of_a_pair(page, demo_url, tmp_path):
     screenshot(page, tmp_path / "demo_pairs.png")
 
 
-def test_fashion_tab_names_a_garment(page, demo_url, tmp_path):
+def test_fashion_tab_names_a_garment(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
-    open_demo(page, demo_url)
+    open_demo(page, made_demo_url)
     sneaker = next(p for p in FASHION_EXAMPLES if "sneaker" in p.name)
     pick_example(page, "Fashion", "fashion-", sneaker)
     expect(page.locator("#fashion-status")).to_contain_text("Prediction: Sneaker")
@@ -123,23 +139,28 @@ def test_fashion_tab_names_a_garment(page, demo_url, tmp_path):
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
 
 
-def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, demo_url, mnist_fixture, tmp_path):
+def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo_url, mnist_fixture, tmp_path):
     """A person opens the Upload tab and picks a file (a test digit as a 280x280 scan, dark ink on white
     paper); its answer shows, and after a pause the routing maps and Fig. 4 follow; the upload's clear
-    button brings the prompt back."""
+    button brings the prompt back, after a picked example too (whose answer once stayed on screen: the
+    clear event carried the example's file)."""
     from playwright.sync_api import expect
 
     images, labels = mnist_fixture
     k = int(np.flatnonzero(labels == 3)[1])  # a 3 that is not among the examples (they are each class's first)
     scan = tmp_path / "scan.png"
     Image.fromarray(255 - images[k]).resize((280, 280), Image.Resampling.BICUBIC).save(scan)
-    open_demo(page, demo_url)
+    open_demo(page, made_demo_url)
     page.get_by_role("tab", name="Digit", exact=True).click()
     page.locator("#inputs").get_by_role("tab", name="Upload").click()
     page.locator("#upload input[type=file]").set_input_files(scan)
     expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
     expect(page.locator("#routing img")).to_be_visible()  # a fresh page had none
     expect(page.locator("#grid img")).to_be_visible()
+    page.locator("#upload").get_by_role("button", name="Remove Image").click()
+    expect(page.locator("#status")).to_contain_text("Draw a digit")
+    page.locator("#examples img").nth(3).click()  # an example, then its removal: the prompt again too
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
     page.locator("#upload").get_by_role("button", name="Remove Image").click()
     expect(page.locator("#status")).to_contain_text("Draw a digit")
 
@@ -210,7 +231,7 @@ def jittery_demo_url(api_url):
 
 
 def draw(page, sketch: str, strokes: list[list[tuple[float, float]]]) -> None:
-    """Draw the strokes on the sketchpad `sketch` (its elem_id) at a person's pace."""
+    """Draw the strokes on the drawing pad `sketch` (its elem_id) at a person's pace."""
     box = page.locator(f"#{sketch} canvas").first.bounding_box()
     cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
     for k, points in enumerate(strokes):
@@ -221,7 +242,7 @@ def draw(page, sketch: str, strokes: list[list[tuple[float, float]]]) -> None:
 
 def api_reads(page, api_url: str, sketch: str, model: str) -> list[str]:
     """What the API answers for the whole drawing on screen (the canvas as the browser shows it, its
-    ink in alpha as the sketchpad sends it): the labels of its objects, longest capsule first."""
+    ink in alpha as the pad sends it): the labels of its objects, longest capsule first."""
     import httpx
     from PIL import Image, ImageOps
 
@@ -269,7 +290,7 @@ def test_the_answer_on_screen_is_for_the_whole_drawing(page, jittery_demo_url, a
     wrong = []
     for trial in range(ROUNDS):
         for strokes in drawings:
-            page.locator(f"#{prefix}sketch button[aria-label='Clear canvas']").click()
+            clear_pad(page, prefix)
             page.wait_for_timeout(1500)  # the prompt shows again
             page.evaluate(RECORD_ANSWERS, [f"{prefix}status", ANSWERS])  # every new answer from here on, in turn
             draw(page, f"{prefix}sketch", strokes)
@@ -288,44 +309,83 @@ def test_the_answer_on_screen_is_for_the_whole_drawing(page, jittery_demo_url, a
     assert not wrong, f"(round, the API's answer for the whole drawing, every answer shown in turn): {wrong}"
 
 
-# --- the answer as the pen lifts: click an example, time until its answer is on screen ------------------
-# The prediction, lengths and model input on screen after a click (routing and Fig. 4 follow): the
-# target is 250 ms. On this project's 2-core machine the median was 1,666 ms while the sketchpads
-# re-uploaded their background, 425 ms while an answer took six events of Gradio's page (each costs the
-# page work on every component with a progress status) and the Fig. 4 grid's 176 drawings came as JSON
-# with a PNG each, and 229 ms with one event per answer and the follow-up after the answer is drawn.
-# The bound leaves room for a slower CI machine and catches a return of any of those.
+# --- the answer as the pen lifts: time from a click or a stroke's end to its answer on screen ------------
+# The prediction, lengths and model input on screen after a click on an example or the end of a stroke
+# (routing and Fig. 4 follow): the target is 250 ms. On this project's 2-core machine a click took 1,666 ms
+# while the sketchpads re-uploaded their background, 425 ms while an answer took six events of Gradio's
+# page (each costs the page work on every component with a progress status) and the Fig. 4 grid's 176
+# drawings came as JSON with a PNG each, and 229 ms with one event per answer and the follow-up after
+# the answer is drawn. A stroke took 1,460 ms while Gradio's Sketchpad read its WebGL canvas back twice
+# per stroke, and 199 ms with the 2D-canvas drawing pad (frontend.pad). The bound leaves room for a
+# slower CI machine and catches a return of any of those.
 ANSWER_MS = 300
-CLICK_TO_ANSWER = """(k) => new Promise(resolve => {
-    const example = document.querySelectorAll('#examples img')[k];
-    const digit = example.getAttribute('src').split('/').pop()[0];
+# Arms a timer in the page: window.__answer_ms resolves to the milliseconds from window.__start() to the
+# answer `digit` on screen with a new model input, loaded (the text and src change as DOM mutations; the
+# image's load is an event of its own).
+ANSWER_TIMER = """(digit) => { window.__answer_ms = new Promise(resolve => {
     const seen = () => document.querySelector('#seen img');
     const before = seen() ? seen().getAttribute('src') : null;
-    const t0 = performance.now();
+    let t0 = null;
+    window.__start = () => { t0 = performance.now(); };
     const check = () => {
-        const text = document.querySelector('#status').innerText.replace(/\\*/g, '');
+        const text = document.querySelector('#status').textContent.replace(/\\*/g, '');
         const image = seen();
-        if (text.includes('Prediction: ' + digit) && image && image.getAttribute('src') !== before && image.complete) {
+        if (t0 !== null && text.includes('Prediction: ' + digit) && image && image.getAttribute('src') !== before
+                && image.complete) {
             observer.disconnect();
             document.removeEventListener('load', check, true);
             resolve(performance.now() - t0);
         }
     };
-    const observer = new MutationObserver(check);  // the text and the image's new src
+    const observer = new MutationObserver(check);
     observer.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
-    document.addEventListener('load', check, true);  // the image loaded (no mutation says so)
-    example.click();
-})"""
+    document.addEventListener('load', check, true);
+}); }"""
+CLICK_EXAMPLE = "(k) => { window.__start(); document.querySelectorAll('#examples img')[k].click(); }"
+ON_THE_PENS_LIFT = """() => document.querySelector('#sketch canvas')
+    .addEventListener('pointerup', () => window.__start(), {once: true, capture: true})"""
 
 
-def test_an_example_is_answered_at_once(page, demo_url):
-    """From the click on an example to its prediction and model input on screen, in the browser's own
-    clock: the median of two rounds over the ten examples."""
-    open_demo(page, demo_url)
-    times = []
-    for k in [3, 7, 1, 8, 0, 5, 2, 9, 4, 6] * 2:
-        times.append(page.evaluate(CLICK_TO_ANSWER, k))
-        page.wait_for_timeout(1000)  # the routing maps and Fig. 4 of the answer follow
+def timed(times: list[float]) -> float:
     median = sorted(times)[len(times) // 2]
-    print(f"click to answer: median {median:.0f} ms, max {max(times):.0f} ms over {len(times)} clicks")
-    assert median <= ANSWER_MS, f"median {median:.0f} ms (target {ANSWER_MS}); every click: {[round(t) for t in times]}"
+    print(f"median {median:.0f} ms, max {max(times):.0f} ms over {len(times)}")
+    assert median <= ANSWER_MS, f"median {median:.0f} ms (target {ANSWER_MS}); each: {[round(t) for t in times]}"
+    return median
+
+
+def test_an_example_is_answered_at_once(page, made_demo_url):
+    """From the click on an example to its prediction and model input on screen, in the browser's own
+    clock: the median of two rounds over the ten examples, every other click with the Draw tab in view
+    (the click then also brings the Upload tab into view: in the same event, or it took two)."""
+    from playwright.sync_api import expect
+
+    open_demo(page, made_demo_url)
+    times = []
+    for i, k in enumerate([3, 7, 1, 8, 0, 5, 2, 9, 4, 6] * 2):
+        if i % 2:
+            page.locator("#inputs").get_by_role("tab", name="Draw").click()
+            page.wait_for_timeout(500)  # the drawing's answer (the prompt) shows
+        digit = page.locator("#examples img").nth(k).get_attribute("src").split("/")[-1][0]
+        page.evaluate(ANSWER_TIMER, digit)
+        page.evaluate(CLICK_EXAMPLE, k)
+        times.append(page.evaluate("() => window.__answer_ms"))
+        expect(page.locator("#upload img")).to_be_visible()  # the example, in view
+        page.wait_for_timeout(1000)  # the routing maps and Fig. 4 of the answer follow
+    timed(times)
+
+
+def test_a_stroke_is_answered_at_once(page, made_demo_url):
+    """From the pen's lift to the drawing's prediction and model input on screen, in the browser's own
+    clock: the median of ten 7s, each drawn in one stroke on a cleared pad."""
+    open_demo(page, made_demo_url)
+    page.get_by_role("tab", name="Digit", exact=True).click()
+    page.locator("#inputs").get_by_role("tab", name="Draw").click()
+    times = []
+    for _ in range(10):
+        clear_pad(page)
+        page.wait_for_timeout(1000)  # the prompt, and the follow-up of the last answer
+        page.evaluate(ANSWER_TIMER, "7")
+        page.evaluate(ON_THE_PENS_LIFT)
+        draw(page, "sketch", [DIGIT_STROKES["7"][0]])
+        times.append(page.evaluate("() => window.__answer_ms"))
+    timed(times)

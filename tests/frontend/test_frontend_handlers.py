@@ -1,7 +1,9 @@
 """The demo's handlers against the real API on loopback: predict, perturb, the Fig. 4 grid, and the
 states a person must see in words (empty canvas, API down, API starting, a refused file); then the
 Two digits (multimnist) and Fashion (fashion-mnist) tabs."""
+import base64
 import copy
+import io
 import re
 import subprocess
 import sys
@@ -45,17 +47,25 @@ from frontend.app import (
     routing_view,
     shown,
 )
+from frontend.pad import PNG_DATA_URL
 from model.contract import CAPSULE_DIM, IMAGE_SIZE, MULTIMNIST_SIZE, NUM_CLASSES, PERTURB_LIMIT, STROKE_RANGE
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def drawing(digit: np.ndarray, size: int = 400) -> dict:
-    """What the sketchpad hands the handler for a digit drawn in black on its white canvas: a
-    transparent RGBA layer whose alpha is the ink (the 28x28 digit scaled up to the canvas)."""
-    layer = Image.new("RGBA", (size, size), (0, 0, 0, 0))
-    layer.putalpha(Image.fromarray(digit, mode="L").resize((size, size), Image.Resampling.BILINEAR))
-    return {"background": Image.new("RGB", (size, size), "white"), "layers": [layer], "composite": None}
+def pad_value(canvas: Image.Image) -> str:
+    """What the drawing pad sends for its canvas: a PNG data URL (frontend.pad)."""
+    buffer = io.BytesIO()
+    canvas.save(buffer, format="PNG")
+    return PNG_DATA_URL + base64.b64encode(buffer.getvalue()).decode()
+
+
+def drawing(digit: np.ndarray, size: int = CANVAS) -> str:
+    """What the pad hands the handler for a digit drawn in black on its canvas: a transparent RGBA
+    canvas whose alpha is the ink (the 28x28 digit scaled up to the canvas)."""
+    canvas = Image.new("RGBA", (size, size), (0, 0, 0, 0))
+    canvas.putalpha(Image.fromarray(digit, mode="L").resize((size, size), Image.Resampling.BILINEAR))
+    return pad_value(canvas)
 
 
 @pytest.fixture(scope="module")
@@ -153,12 +163,20 @@ def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(clien
         assert again == [{routing: gr.skip()}]  # followed up already
 
 
+def split(items: tuple, at: int) -> tuple[tuple, tuple]:
+    return items[:at], items[at:]
+
+
 def test_an_example_is_shown_in_the_upload_and_answered(client):
-    """A click on an example: its file for the upload, then the view of that file."""
+    """A click on an example: the Upload tab selected where the tab has a pad beside it, the example's
+    file for the upload, then the view of that file."""
     for tab in (DIGIT_TAB, PAIR_TAB, FASHION_TAB):
-        path, status, *_ = predict_example(client, 3, tab)
+        shown_in, view = split(predict_example(client, 3, tab), -len(tab.view._fields))
+        *selected, path = shown_in
+        status = view[0]
+        assert [tabs.selected for tabs in selected] == ([f"{tab.prefix}upload-tab"] if tab.canvas else [])
         assert path == str(tab.examples[3]) and status == predict_upload(client, path, tab).status
-    path, status, *_ = predict_example(client, 7)
+    _, path, status, *_ = predict_example(client, 7)  # the Upload tab, the file, the view
     assert Path(path).name.startswith("7_") and status.startswith("## Prediction: **7**")
 
 
@@ -170,15 +188,15 @@ STROKES = {
 }
 
 
-def brushed(lines: list[list[tuple[int, int]]], radius: int = BRUSH_RADIUS) -> dict:
-    """The sketchpad's value for polylines drawn with the demo's round brush (black, into alpha)."""
+def brushed(lines: list[list[tuple[int, int]]], radius: int = BRUSH_RADIUS) -> str:
+    """The pad's value for polylines drawn with the demo's round pen (black, into alpha)."""
     layer = Image.new("RGBA", (CANVAS, CANVAS), (0, 0, 0, 0))
     draw = ImageDraw.Draw(layer)
     for line in lines:
         draw.line(line, fill=(0, 0, 0, 255), width=2 * radius, joint="curve")
         for x, y in line:
             draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=(0, 0, 0, 255))
-    return {"background": Image.new("RGB", (CANVAS, CANVAS), "white"), "layers": [layer], "composite": None}
+    return pad_value(layer)
 
 
 def test_the_brush_draws_mnist_like_strokes():
@@ -240,10 +258,19 @@ def test_fig4_grid_has_16_by_11_tiles(client, seven):
 
 
 def test_empty_canvas_asks_for_a_digit(client):
-    blank = {"background": Image.new("RGB", (400, 400)), "layers": [Image.new("RGBA", (400, 400))], "composite": None}
-    for editor in (None, {"background": None, "layers": [], "composite": None}, blank):
-        view = predict_drawing(client, editor)
+    for empty in (None, ""):  # what the pad sends with nothing drawn, and an empty value
+        view = predict_drawing(client, empty)
         assert view.status == DRAW_A_DIGIT and view.capsules is None
+    blank = predict_drawing(client, pad_value(Image.new("RGBA", (CANVAS, CANVAS))))  # a PNG with no ink
+    assert "⚠️" in blank.status and "blank" in blank.status and blank.capsules is None
+
+
+@pytest.mark.parametrize("value", ["data:image/jpeg;base64,/9j/4AAQ", "data:image/png;base64,not base64!",
+                                   "<img src=x onerror=alert(1)>"])
+def test_a_drawing_that_is_not_a_png_data_url_is_refused_in_words(client, value):
+    """The pad's event is public (Gradio's API page): a value it would never send gets a sentence."""
+    view = predict_drawing(client, value)
+    assert view.status == "⚠️ The drawing did not arrive as a PNG image; draw it again." and view.capsules is None
 
 
 def test_refused_file_shows_the_apis_words(client, tmp_path):

@@ -1,0 +1,102 @@
+"""A drawing pad: a plain 2D canvas in a gr.HTML that sends one small PNG when the pen lifts.
+
+Gradio's Sketchpad draws on WebGL and reads its canvas back (`readPixels`) twice per stroke before it
+sends the drawing: in a browser without a GPU that took most of the 1.46 s from the pen's lift to the
+answer on this project's 2-core machine. This pad draws with the 2D canvas API and, when a stroke ends,
+encodes the canvas once (`toDataURL`) and fires one `input` event whose value is the drawing as a PNG
+data URL: black ink on a transparent canvas, ink in alpha (the API reads either), white paper by CSS
+whatever the theme. Undo and Clear redraw the strokes kept in the page; emptied, the pad fires `clear`
+with no value. Mouse, pen and touch alike (pointer events; the canvas does not scroll the page).
+"""
+import base64
+
+import gradio as gr
+
+PNG_DATA_URL = "data:image/png;base64,"
+
+HTML = """
+<div class="pad">
+  <div class="bar">
+    <span class="label">${label}</span>
+    <button type="button" class="undo" aria-label="Undo" title="Undo the last stroke" disabled>↶ Undo</button>
+    <button type="button" class="clear" aria-label="Clear canvas" title="Clear the canvas" disabled>✕ Clear</button>
+  </div>
+  <canvas width="${size}" height="${size}" aria-label="${label}: a canvas to draw on"></canvas>
+</div>
+"""
+
+CSS = """
+.pad { display: flex; flex-direction: column; gap: 6px; }
+.bar { display: flex; align-items: center; gap: 6px; }
+.label { flex: 1; font-size: var(--block-label-text-size); color: var(--block-label-text-color); }
+.bar button { padding: 2px 10px; border-radius: var(--radius-sm); border: 1px solid var(--border-color-primary);
+              background: var(--button-secondary-background-fill); color: var(--button-secondary-text-color); }
+.bar button:disabled { opacity: 0.4; }
+canvas { width: 100%; max-width: ${size}px; aspect-ratio: 1; align-self: center; background: white;
+         border: 1px solid var(--border-color-primary); border-radius: var(--radius-sm);
+         touch-action: none; cursor: crosshair; }
+"""
+
+# Strokes are kept as lists of canvas points; a segment is drawn as the pointer moves, and the whole
+# drawing is redrawn only on Undo. Coordinates are scaled from the canvas's CSS box to its pixels.
+JS = """
+const canvas = element.querySelector('canvas');
+const undo = element.querySelector('.undo'), clear = element.querySelector('.clear');
+const pen = canvas.getContext('2d');
+const strokes = [];
+let stroke = null;
+
+const at = (event) => {
+    const box = canvas.getBoundingClientRect();
+    return [(event.clientX - box.left) * canvas.width / box.width, (event.clientY - box.top) * canvas.height / box.height];
+};
+const dot = ([x, y]) => { pen.beginPath(); pen.arc(x, y, props.brush, 0, 2 * Math.PI); pen.fill(); };
+const line = (a, b) => { pen.beginPath(); pen.moveTo(...a); pen.lineTo(...b); pen.stroke(); };
+const trace = (points) => { dot(points[0]); points.slice(1).forEach((p, k) => line(points[k], p)); };
+const paint = () => { pen.clearRect(0, 0, canvas.width, canvas.height); strokes.forEach(trace); };
+const send = () => {
+    undo.disabled = clear.disabled = strokes.length === 0;
+    props.value = strokes.length ? canvas.toDataURL('image/png') : null;
+    trigger(strokes.length ? 'input' : 'clear');
+};
+
+pen.fillStyle = pen.strokeStyle = '#000';
+pen.lineWidth = 2 * props.brush;
+pen.lineCap = pen.lineJoin = 'round';
+canvas.addEventListener('pointerdown', (event) => {
+    if (event.button !== 0) return;
+    canvas.setPointerCapture(event.pointerId);
+    stroke = [at(event)];
+    strokes.push(stroke);
+    dot(stroke[0]);
+});
+canvas.addEventListener('pointermove', (event) => {
+    if (!stroke) return;
+    for (const e of event.getCoalescedEvents ? event.getCoalescedEvents() : [event]) {
+        const p = at(e);
+        line(stroke[stroke.length - 1], p);
+        stroke.push(p);
+    }
+});
+const lift = () => { if (stroke) { stroke = null; send(); } };
+canvas.addEventListener('pointerup', lift);
+canvas.addEventListener('pointercancel', lift);
+undo.addEventListener('click', () => { strokes.pop(); paint(); send(); });
+clear.addEventListener('click', () => { strokes.length = 0; paint(); send(); });
+"""
+
+
+def drawing_pad(label: str, elem_id: str, size: int, brush: int) -> gr.HTML:
+    """A `size` px square pad drawn with a round pen of radius `brush` px; its value is a PNG data URL
+    (None when empty), its events `input` (a stroke ended, or one was undone) and `clear`."""
+    return gr.HTML(value=None, html_template=HTML, css_template=CSS, js_on_load=JS, label=label,
+                   elem_id=elem_id, elem_classes="pad", size=size, brush=brush)
+
+
+def drawing_png(drawing: str | None) -> bytes | None:
+    """The pad's drawing as PNG bytes, None if nothing is drawn; ValueError if it is not a PNG data URL."""
+    if not drawing:
+        return None
+    if not drawing.startswith(PNG_DATA_URL):
+        raise ValueError("not a PNG data URL")
+    return base64.b64decode(drawing[len(PNG_DATA_URL):], validate=True)
