@@ -1,6 +1,8 @@
 """POST /predict: real MNIST digits, the response's invariants, include, JSON vs multipart."""
 import base64
+import hashlib
 import io
+import json
 
 import numpy as np
 import pytest
@@ -143,15 +145,20 @@ def test_reconstruct_returns_what_include_asks_for(client):
     assert r.status_code == 422 and "svg" in r.json()["detail"] and "image, png" in r.json()["detail"]
 
 
-def test_health_ready_model(client, engine):
+def test_health_ready_model(client):
+    """On the CPU the shipped MNIST model is served as its int8 graph (its card ships it: tests/model),
+    and /model names that file by its hash and states the shipped card's accuracy."""
+    shipped = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    assert shipped["int8"]["shipped"]
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
-                                           "precision": engine.precision,
+                                           "precision": "int8",
                                            "models": ["mnist", "fashion-mnist", "multimnist", "affine"]}
     card = client.get("/model").json()
-    assert card["providers"] == ["CPUExecutionProvider"] == engine.capsnet.get_providers()
-    assert card["version"] == engine.version and card["batching"]["max_batch"] == 64
-    assert card["precision"] == engine.precision and card["test_accuracy"] == engine.card["test_accuracy"]
+    int8 = hashlib.sha256((contract.MODEL_DIR / contract.CAPSNET_INT8_ONNX).read_bytes()).hexdigest()[:12]
+    assert card["providers"] == ["CPUExecutionProvider"] and card["precision"] == "int8"
+    assert card["version"] == int8 and card["batching"]["max_batch"] == 64
+    assert card["test_accuracy"] == shipped["test_accuracy"]
 
 
 def test_request_id_header(client):
