@@ -52,14 +52,14 @@ def test_public_baseline_is_the_papers_network():
 
 
 @pytest.mark.slow
-def test_bench_sets_the_fast_backends_and_reports_the_ratio(monkeypatch):
+def test_bench_sets_the_fast_backends_and_reports_both_networks(monkeypatch):
     seen = []
     monkeypatch.setattr(tt, "setup_backends", lambda device: seen.append(device))
     result = tt.bench_device("cpu", steps=1, compile=False)
     assert seen == ["cpu"]
-    default = result["default_precision"]
-    assert result["ratio"] == pytest.approx(result[f"ours_{default}_images_per_s"] / result["baseline_images_per_s"])
-    assert {"ours_forward_ms", "ours_forward_backward_ms", "baseline_forward_ms"} <= set(result)
+    timed = {"ours_forward_ms", "ours_forward_backward_ms", "baseline_forward_ms", "baseline_images_per_s",
+             f"ours_{result['default_precision']}_images_per_s", "ratio"}
+    assert timed <= set(result) and all(np.isfinite(result[k]) and result[k] > 0 for k in timed)
 
 
 def test_setup_backends_turns_on_tf32_and_cudnn_benchmark(monkeypatch):
