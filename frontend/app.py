@@ -73,10 +73,10 @@ DRAW_TWO_DIGITS = "✏️ Draw two overlapping digits on the canvas, or upload a
 SHOW_A_GARMENT = "👕 Upload a photo of one garment on a plain background, or pick an example."
 LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
 CANVAS = 400  # px, square
-# The pen's radius on the drawing pad (frontend.pad): a 28 px
-# pen is MNIST's median stroke for a digit about 250 px tall, and within MNIST's range of widths
-# (contract.STROKE_RANGE) for any digit taller than 120 px on this canvas, so the API need not reshape
-# it. The canvas is white paper with a black pen whatever the theme, and the API reads the ink from alpha.
+# The pen's radius on the drawing pad (frontend.pad): a 28 px pen is MNIST's median stroke for a digit
+# about 250 px tall, and within MNIST's range of widths (contract.STROKE_RANGE) for any digit taller than
+# 120 px on this canvas, so the API need not reshape it. The canvas is white paper with a black pen
+# whatever the theme, and the API reads the ink from alpha.
 BRUSH_RADIUS = 14
 
 
@@ -668,8 +668,8 @@ def model_tab(client: ApiClient, tab: Tab, footer: gr.Markdown) -> gr.Radio:
     # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
     upload.upload(shown(uploaded, views, UPLOAD, switch=True), [screen, upload], views, **LIVE,
                   api_name=f"{api}predict_upload").then(**follow)
-    # A cleared upload asks again without reading the upload: after an example, the clear event carried the
-    # example's file still, and its answer stayed on screen with no image in the upload.
+    # A cleared upload asks again without reading the upload: after an example, its clear event can still
+    # carry the example's file.
     upload.clear(shown(prompt, views, UPLOAD, switch=True), [screen], views, **LIVE,
                  api_visibility="private").then(**follow)
     shows_example = [tabs, upload] if tabs is not None else [upload]

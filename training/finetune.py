@@ -187,7 +187,7 @@ def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None,
     the graphs store them as fp16, half the size), as a model folder: graphs, parity and card (export_checkpoint),
     the card's `fine_tune` section (OUT/finetune.json, α and the facts of the card it started from) and
     `augmentations` (recipe), and its int8 graph (quantize_model, which updates the card)."""
-    weights = compact(blend(run_dir, alpha), run_dir / f"export-{alpha:g}.pt")  # fp16: graphs half the size
+    weights = compact(blend(run_dir, alpha), run_dir / f"export-{alpha:g}.pt")
     card = export_checkpoint(weights, out_dir, data_dir)
     settings = json.loads((run_dir / SETTINGS).read_text())
     base = json.loads((Path(settings["model_dir"]) / contract.MODEL_CARD).read_text())

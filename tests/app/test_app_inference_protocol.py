@@ -2,7 +2,6 @@
 and their errors for what a client can get wrong."""
 import json
 
-import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest

@@ -97,7 +97,7 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     box = page.locator("#sketch canvas").first.bounding_box()  # the drawing area sits in its middle
     cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
     stroke(page, [(cx - 0.45 * r, cy - 0.6 * r), (cx + 0.4 * r, cy - 0.6 * r), (cx - 0.1 * r, cy + 0.7 * r)])  # a 7
-    expect(page.locator("#status")).to_contain_text("Prediction")
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
 
     perturbed = page.locator("#perturbed img")
     expect(perturbed).to_be_visible()
@@ -142,8 +142,8 @@ def test_fashion_tab_names_a_garment(page, made_demo_url, tmp_path):
 def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo_url, mnist_fixture, tmp_path):
     """A person opens the Upload tab and picks a file (a test digit as a 280x280 scan, dark ink on white
     paper); its answer shows, and after a pause the routing maps and Fig. 4 follow; the upload's clear
-    button brings the prompt back, after a picked example too (whose answer once stayed on screen: the
-    clear event carried the example's file)."""
+    button brings the prompt back, after a picked example too (whose clear event can still carry the
+    example's file)."""
     from playwright.sync_api import expect
 
     images, labels = mnist_fixture
@@ -322,8 +322,9 @@ def test_the_answer_on_screen_is_for_the_whole_drawing(page, jittery_demo_url, a
 ANSWER_MS = 350
 # Arms a timer in the page: window.__answer_ms resolves to the milliseconds from window.__start() to the
 # answer `digit` on screen with a new model input, loaded (the text and src change as DOM mutations; the
-# image's load is an event of its own).
-ANSWER_TIMER = """(digit) => { window.__answer_ms = new Promise(resolve => {
+# image's load is an event of its own), and fails after 15 s (a wrong answer must not hang the suite).
+ANSWER_TIMER = """(digit) => { window.__answer_ms = new Promise((resolve, reject) => {
+    setTimeout(() => reject(new Error('no "Prediction: ' + digit + '" with a new model input in 15 s')), 15000);
     const seen = () => document.querySelector('#seen img');
     const before = seen() ? seen().getAttribute('src') : null;
     let t0 = null;
@@ -347,11 +348,10 @@ ON_THE_PENS_LIFT = """() => document.querySelector('#sketch canvas')
     .addEventListener('pointerup', () => window.__start(), {once: true, capture: true})"""
 
 
-def timed(times: list[float]) -> float:
+def timed(times: list[float]) -> None:
     median = sorted(times)[len(times) // 2]
     print(f"median {median:.0f} ms, max {max(times):.0f} ms over {len(times)}")
     assert median <= ANSWER_MS, f"median {median:.0f} ms (target {ANSWER_MS}); each: {[round(t) for t in times]}"
-    return median
 
 
 def test_an_example_is_answered_at_once(page, made_demo_url):
