@@ -62,10 +62,8 @@ RUN sed -E "s/^onnxruntime-gpu([<>=!~; ]|$)/${ORT_PACKAGE}\1/" requirements-serv
 
 FROM runtime AS api
 COPY --from=builder-api /opt/venv /opt/venv
-COPY model/__init__.py model/contract.py model/capsnet.onnx model/capsnet.int8.onnx model/decoder.onnx model/capsnet.json ./model/
-COPY model/fashion-mnist/ ./model/fashion-mnist/
-COPY model/multimnist/ ./model/multimnist/
-COPY model/affine/ ./model/affine/
+COPY model/__init__.py model/contract.py model/card.py ./model/
+COPY models/ ./models/
 COPY app/ ./app/
 # every CAPSNET_* setting of app/settings.py can be given with `docker run -e` or in compose;
 # one process per container (one engine and its batchers per model): scale out with more containers

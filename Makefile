@@ -51,7 +51,7 @@ fetch: $(BIN)/python           ## download and verify MNIST into data/mnist
 train: fetch                   ## train a CapsNet (EPOCHS=10 by default)
 	$(BIN)/python -m training.train --epochs $(EPOCHS)
 
-export: $(BIN)/python          ## export runs/mnist/best.pt to model/*.onnx and the model card
+export: $(BIN)/python          ## export runs/mnist/best.pt to models/mnist/ (graphs and card)
 	$(BIN)/python -m training.export
 
 clean:

@@ -25,7 +25,7 @@ import onnxruntime as ort
 from app.batcher import DynamicBatcher
 from app.metrics import EngineMetrics
 from app.settings import Settings
-from app.spec import read_serving
+from model.card import read_serving
 from model import contract
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def select_providers(requested: list[str], explicit: bool = True) -> list[Any]:
 
 def choose_precision(setting: str, card: dict, on_cpu: bool, int8_present: bool) -> str:
     """The graph to run: the setting when it names one; for auto, int8 on a CPU where the model's card
-    ships the int8 graph (training/quantize.py measured it as accurate to 0.05 points, and faster)
+    ships the int8 graph (tools/quantize.py measured it as accurate to 0.05 points, and faster)
     and the folder has it."""
     if setting != "auto":
         return setting
@@ -110,7 +110,7 @@ def choose_precision(setting: str, card: dict, on_cpu: bool, int8_present: bool)
 class Engine:
     """One model folder's CapsNet and decoder sessions with their dynamic batchers; `ready` after warm-up.
 
-    Every size comes from the folder's card (app/spec.py), checked against the graphs' own inputs and
+    Every size comes from the folder's card (model/card.py), checked against the graphs' own inputs and
     outputs; a folder that does not agree raises a ValueError naming it.
 
     Args:

@@ -93,7 +93,7 @@ def profile() -> dict:
     from app.settings import Settings
 
     settings = Settings(log_level="warning")
-    engine = Engine("mnist", contract.MODEL_DIR, settings)
+    engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
     engine.warm_up()
     body = digit_png()
     prepared = imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")

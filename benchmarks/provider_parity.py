@@ -50,7 +50,7 @@ def parity(model_dir: Path, provider: str) -> dict:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m benchmarks.provider_parity", description=__doc__.splitlines()[0])
     p.add_argument("--provider", default="CUDAExecutionProvider")
-    p.add_argument("--model-dir", type=Path, default=contract.MODEL_DIR)
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["mnist"])
     p.add_argument("--out", type=Path, default=None, help="also write the result here as JSON")
     args = p.parse_args(argv)
     result = parity(args.model_dir, args.provider)

@@ -452,7 +452,7 @@ def main(argv=None) -> dict:
     p.add_argument("--kinds", default=",".join(KINDS), help="comma list of kinds")
     p.add_argument("--n", type=int, default=N_PER_KIND, help="images per kind")
     p.add_argument("--seed", type=int, default=SEED)
-    p.add_argument("--model-dir", type=Path, default=contract.MODEL_DIR)
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["mnist"])
     p.add_argument("--url", default=None, help="read through this service's /predict instead of in-process")
     p.add_argument("--save", type=Path, default=None, help="also write every image under this folder")
     p.add_argument("--photo-size", default="1152x864", help="WxH of the photos (the tests' sample: 384x288)")

@@ -12,7 +12,7 @@ from PIL import Image
 
 from model import contract
 
-session = ort.InferenceSession(str(contract.MODEL_DIR / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"])
+session = ort.InferenceSession(str(contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"])
 app = FastAPI()
 
 

@@ -5,7 +5,6 @@ that the serving path (app/, frontend/) can read it for free. Like timm's `_cfg`
 the model expects as input so nobody has to guess the preprocessing.
 """
 from pathlib import Path
-from typing import NamedTuple
 
 # --- input convention ----------------------------------------------------------------------------
 IMAGE_SIZE = 28  # MNIST: 28x28, one channel
@@ -70,45 +69,31 @@ CAPSNET_SHAPES = capsnet_shapes(IMAGE_SIZE)
 DECODER_SHAPES = {k: CAPSNET_SHAPES[k] for k in DECODER_INPUTS + DECODER_OUTPUTS}
 
 # --- shipped artefacts ---------------------------------------------------------------------------
-MODEL_DIR = Path(__file__).resolve().parent
+# Every model folder holds the same files: CAPSNET_ONNX, DECODER_ONNX and MODEL_CARD (the one description
+# of the model: what it reads, its classes, its measured figures), CAPSNET_INT8_ONNX where it ships.
 CAPSNET_ONNX = "capsnet.onnx"
 DECODER_ONNX = "decoder.onnx"
-CAPSNET_INT8_ONNX = "capsnet.int8.onnx"  # the CPU variant of CAPSNET_ONNX (training/quantize.py), where it ships
+CAPSNET_INT8_ONNX = "capsnet.int8.onnx"  # the CPU variant of CAPSNET_ONNX (tools/quantize.py), where it ships
 MODEL_CARD = "capsnet.json"
+MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # the repository's (and the image's) models/
 
-# --- what a model folder says about serving it (its card's "serving" section, training/export.py) ----
+# The trained models the repository ships, each in MODELS_DIR/<name>/, in the order the service lists
+# them and the demo shows them: the flagship first, then the paper's experiments (docs/results.md).
+SHIPPED = {name: MODELS_DIR / name for name in ("mnist", "fashion-mnist", "multimnist", "affine")}
+
+# --- what a model folder says about serving it (its card's "serving" section, model/card.py) ----------
 SERVING = "serving"
-# How a picture becomes the model's input (app/imaging.py): `digit` finds one digit and fits its ink box
+# How a picture becomes the model's input (app/imaging/): `digit` finds one digit and fits its ink box
 # as LeCun's MNIST did; `digit-pair` two overlapping digits, their union's ink box fitted as the
 # MultiMNIST training pairs' was; `garment` one object on a plain background, cropped and fitted into
 # the frame as Fashion-MNIST's product photos were, its grey levels kept.
 PREPROCESSING = ("digit", "digit-pair", "garment")
 
 
-class ShippedModel(NamedTuple):
-    """One trained model in the repository: where its three files live and what it reads."""
-    directory: Path  # holds CAPSNET_ONNX, DECODER_ONNX and MODEL_CARD
-    image_size: int
-
-    @property
-    def shapes(self) -> dict[str, tuple]:
-        return capsnet_shapes(self.image_size)
-
-
-# Keyed by the dataset each was trained on. The service serves "mnist"; the others come from the
-# paper's experiments (docs/results.md).
-SHIPPED = {
-    "mnist": ShippedModel(MODEL_DIR, IMAGE_SIZE),
-    "fashion-mnist": ShippedModel(MODEL_DIR / "fashion-mnist", IMAGE_SIZE),
-    "multimnist": ShippedModel(MODEL_DIR / "multimnist", MULTIMNIST_SIZE),
-    "affine": ShippedModel(MODEL_DIR / "affine", AFFINE_SIZE),
-}
-
-
 def model_folder(entry: str) -> tuple[str, Path]:
     """A served model as `NAME` (a shipped model) or `NAME=DIR` (a folder as training/export.py writes it)
     -> (name, folder); a ValueError with a sentence otherwise. The API's CAPSNET_MODELS and
-    training/triton.py's --model read it."""
+    tools/triton.py's --model read it."""
     name, _, folder = entry.partition("=")
     name = name.strip()
     if not name or not all(c.isalnum() or c in "-_." for c in name):
@@ -118,4 +103,4 @@ def model_folder(entry: str) -> tuple[str, Path]:
     if name not in SHIPPED:
         raise ValueError(f"no shipped model is called {name!r} (shipped: {', '.join(SHIPPED)}); "
                          f"name a folder as {name}=DIR")
-    return name, SHIPPED[name].directory
+    return name, SHIPPED[name]

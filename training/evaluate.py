@@ -1,7 +1,7 @@
 """Evaluate a CapsNet checkpoint or an exported ONNX model on a test set.
 
 $ python -m training.evaluate --checkpoint runs/mnist/best.pt
-$ python -m training.evaluate --onnx model/capsnet.onnx --json runs/mnist/eval.json
+$ python -m training.evaluate --onnx models/mnist/capsnet.onnx --json runs/mnist/eval.json
 
 Reports accuracy, error count, the 10x10 confusion matrix (rows: true, columns: predicted) and the
 indices of the misclassified test images.

@@ -1,10 +1,10 @@
-"""Export a trained CapsNet to ONNX (model/capsnet.onnx, model/decoder.onnx) and write its model card.
+"""Export a trained CapsNet to ONNX (models/<dataset>/capsnet.onnx, decoder.onnx) and write its model card.
 
-$ python -m training.export                                   # runs/mnist/best.pt -> model/
-$ python -m training.export --checkpoint runs/fashion-mnist/best.pt   # -> model/fashion-mnist/
+$ python -m training.export                                   # runs/mnist/best.pt -> models/mnist/
+$ python -m training.export --checkpoint runs/fashion-mnist/best.pt   # -> models/fashion-mnist/
 $ python -m training.export --checkpoint runs/x/best.pt --out-dir /tmp/m --no-evaluate
-$ python -m training.export --reexport model/multimnist          # the same weights through this code
-$ python -m training.export --describe model/multimnist          # (re)write the card's serving section
+$ python -m training.export --reexport models/multimnist          # the same weights through this code
+$ python -m training.export --describe models/multimnist          # (re)write the card's serving section
 
 Both graphs have a dynamic batch axis and the names of model/contract.py. Like timm's onnx_export,
 the export checks itself: ONNX Runtime must match PyTorch on real test images at batch sizes 1, 7 and
@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from model import contract
+from model.card import Preprocessing, build_serving
 from model.capsnet import CapsNet, CapsNetConfig, capsule_length, mask_capsules
 from training import data
 from training.config import TrainConfig, selection
@@ -33,16 +34,24 @@ from training.evaluate import evaluate_onnx, load_checkpoint
 OPSET = 18
 PARITY_BATCHES = (1, 7, 64)
 PARITY_TOL = 1e-4
-# What each dataset's model reads (the card's serving section): task, preprocessing, the ink box's longer
-# side (px) in the model's input, objects per image. MultiMNIST's 23: the median longer side of the union of
-# the two digits' ink over training-like pairs (two 20 px MNIST digits, each shifted by up to 4 px);
-# Fashion-MNIST's products fill the 28 px frame (their longest edge resized to 28).
+DIGITS = [str(d) for d in range(10)]
+FASHION = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+           "Ankle boot"]  # github.com/zalandoresearch/fashion-mnist#labels
+# What each dataset's model is trained to read: its card's serving section (model/card.py) but for what
+# the network's config says. The ink box is the object's longer side (px) in the model's input: MNIST's
+# 20 px box; MultiMNIST's 23, the median longer side of the union of the two digits' ink over
+# training-like pairs (two 20 px MNIST digits, each shifted by up to 4 px); Fashion-MNIST's products fill
+# the 28 px frame (their longest edge resized to 28).
 SERVED = {
-    "mnist": ("one handwritten digit", "digit", contract.INK_BOX, 1),
-    "fashion-mnist": ("one garment or accessory on a plain background (Fashion-MNIST's classes)", "garment", 28, 1),
-    "multimnist": ("two overlapping handwritten digits (section 6)", "digit-pair", 23, 2),
-    "affine": ("one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
-               "transformations (section 5.2)", "digit", contract.INK_BOX, 1),
+    "mnist": dict(task="one handwritten digit", preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX),
+                  classes=DIGITS, objects=1),
+    "fashion-mnist": dict(task="one garment or accessory on a plain background (Fashion-MNIST's classes)",
+                          preprocessing=Preprocessing(kind="garment", ink_box=28), classes=FASHION, objects=1),
+    "multimnist": dict(task="two overlapping handwritten digits (section 6)",
+                       preprocessing=Preprocessing(kind="digit-pair", ink_box=23), classes=DIGITS, objects=2),
+    "affine": dict(task="one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
+                        "transformations (section 5.2)",
+                   preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX), classes=DIGITS, objects=1),
 }
 
 
@@ -93,7 +102,7 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
 
 def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
     """Store the graph's large fp32 weights as fp16, each followed by a Cast back to fp32, when every
-    one of them is exactly an fp16 value (weights from a compact fp16 checkpoint, training/compact.py):
+    one of them is exactly an fp16 value (weights from a compact fp16 checkpoint, tools/compact.py):
     half the file, and ONNX Runtime computes with the very same fp32 values (it folds the Casts at
     load). Returns whether it did; a graph with any weight that fp16 would round is left as it is."""
     import onnx
@@ -217,32 +226,8 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "outputs": {k: list(shapes[k]) for k in contract.CAPSNET_OUTPUTS},
         "created": datetime.date.today().isoformat(),
     }
-    card[contract.SERVING] = serving_section(dataset, ckpt["config"], config.dataset)
+    card[contract.SERVING] = build_serving(ckpt["config"], **SERVED[dataset]).model_dump()
     return card
-
-
-def serving_section(dataset: str, model_config: dict, source: str) -> dict:
-    """What serving needs to know, so that a model folder describes itself (app/engine.py reads it and
-    checks it against the graph): input, preprocessing, class names, capsule grid and routing.
-
-    Args:
-        dataset: what the model reads (a key of SERVED: mnist, multimnist, ...).
-        model_config: the checkpoint's CapsNetConfig as a dict.
-        source: the IDX dataset its images come from (its class names).
-    """
-    task, kind, ink_box, objects = SERVED[dataset]
-    size, grid = model_config["image_size"], contract.primary_grid(model_config["image_size"])
-    return {
-        "task": task,
-        "input": {"size": size, "channels": 1, "pixels": "float32 in [0, 1], the object white on black"},
-        "preprocessing": {"kind": kind, "ink_box": ink_box},
-        "classes": list(data.CLASS_NAMES[source]),
-        "objects": objects,
-        "primary_capsules": {"types": model_config["primary_types"], "dim": model_config["primary_dim"],
-                             "grid": grid, "count": model_config["primary_types"] * grid * grid},
-        "class_capsules": {"count": model_config["num_classes"], "dim": model_config["caps_dim"]},
-        "routing": {"kind": model_config["routing"], "iterations": model_config["routing_iters"]},
-    }
 
 
 def describe(model_dir: Path) -> dict:
@@ -250,7 +235,7 @@ def describe(model_dir: Path) -> dict:
     cards carried it); nothing else in the card changes."""
     model_dir = Path(model_dir)
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
-    card[contract.SERVING] = serving_section(card["dataset"], card["model_config"], card["train_config"]["dataset"])
+    card[contract.SERVING] = build_serving(card["model_config"], **SERVED[card["dataset"]]).model_dump()
     (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     print(f"{model_dir / contract.MODEL_CARD}: serving = {json.dumps(card[contract.SERVING])}")
     return card
@@ -261,14 +246,14 @@ def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: P
     """Export a training checkpoint, check parity, measure the graph on the test set, write the card.
 
     Args:
-        out_dir: default: the dataset's place in contract.SHIPPED (model/, model/fashion-mnist/).
+        out_dir: default: the dataset's place in contract.SHIPPED (models/<dataset>/).
         data_dir: the IDX files of the checkpoint's dataset (default data/<dataset>).
         evaluate: measure the full test set on the exported graph (the card's accuracy; else null).
-        triton: also write a Triton model repository of the exported models there (training/triton.py).
+        triton: also write a Triton model repository of the exported models there (tools/triton.py).
     """
     model, ckpt = load_checkpoint(checkpoint)
     dataset = ckpt["train_config"]["dataset"]
-    out_dir = out_dir or contract.SHIPPED[dataset].directory
+    out_dir = out_dir or contract.SHIPPED[dataset]
     test = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"]
     images, labels = test.images.numpy(), test.labels.numpy()
 
@@ -281,7 +266,7 @@ def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: P
     card = model_card(ckpt, capsnet_path, parity, result)
     (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     if triton:
-        from training.triton import write_repository
+        from tools.triton import write_repository
         print("Triton model repository:", *write_repository(triton, {card["dataset"]: out_dir}))
     return card
 
@@ -360,12 +345,12 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, default=Path("runs/mnist/best.pt"))
     p.add_argument("--out-dir", type=Path, default=None,
-                   help="default: the dataset's place in contract.SHIPPED (model/, model/fashion-mnist/)")
+                   help="default: the dataset's place in contract.SHIPPED (models/<dataset>/)")
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files for parity and the card's accuracy")
     p.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                    help="skip the full test-set evaluation (the card's accuracy is then null)")
     p.add_argument("--triton", type=Path, default=None, metavar="DIR",
-                   help="also write a Triton model repository of the exported models (training/triton.py)")
+                   help="also write a Triton model repository of the exported models (tools/triton.py)")
     p.add_argument("--reexport", type=Path, default=None, metavar="MODEL_DIR",
                    help="export a model folder again from its own graphs' weights (after export code changes)")
     p.add_argument("--describe", type=Path, default=None, metavar="MODEL_DIR",

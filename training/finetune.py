@@ -26,7 +26,7 @@ blend keeps what the starting weights read well (MNIST) and most of what the fin
 
 --export writes the kept epoch (or its blend, --mix α) as a model folder (training.export.
 export_checkpoint: the graphs, parity and the card measured on the exported graph) with a `fine_tune`
-section in its card, and its int8 graph (training.quantize).
+section in its card, and its int8 graph (tools.quantize).
 
 $ python -m training.finetune --mixes 0.25,0.5,0.75,1                   # choose α on validation
 $ python -m training.finetune --mix 0.5 --export /tmp/mnist-ft           # export that blend
@@ -44,11 +44,11 @@ import torch.nn as nn
 from model import contract
 from training import data, fonts
 from training.config import PRECISIONS, TrainConfig, augment
-from training.compact import compact
+from tools.compact import compact
 from training.evaluate import evaluate, load_checkpoint
 from training.export import export_checkpoint, model_from_graphs, sha256
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
-from training.quantize import quantize_model
+from tools.quantize import quantize_model
 from training.train import load_splits
 
 SETTINGS = "finetune.json"  # OUT/finetune.json: what the run adds to its TrainConfig
@@ -57,7 +57,7 @@ SETTINGS = "finetune.json"  # OUT/finetune.json: what the run adds to its TrainC
 @dataclass
 class FineTuneConfig:
     """The fine-tune's own settings (the rest is its TrainConfig); OUT/finetune.json, the card's `fine_tune`."""
-    model_dir: str = str(contract.MODEL_DIR)  # the model folder whose weights the run starts from
+    model_dir: str = str(contract.SHIPPED["mnist"])  # the model folder whose weights the run starts from
     font_share: float = 0.2  # fraction of every batch that is font digits
     augment_mnist: float = 0.25  # fraction of the batch's MNIST digits that are augmented too (fonts always are)
     font_images: int = 6000  # renders in the bank (every font's ten digits, in turn)
@@ -183,7 +183,7 @@ def recipe(card: dict) -> str:
 
 
 def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None, alpha: float = 1.0) -> dict:
-    """The run's kept epoch (blended, α < 1) in fp16, as every shipped model's weights are (training.compact:
+    """The run's kept epoch (blended, α < 1) in fp16, as every shipped model's weights are (tools.compact:
     the graphs store them as fp16, half the size), as a model folder: graphs, parity and card (export_checkpoint),
     the card's `fine_tune` section (OUT/finetune.json, α and the facts of the card it started from) and
     `augmentations` (recipe), and its int8 graph (quantize_model, which updates the card)."""

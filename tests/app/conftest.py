@@ -18,7 +18,7 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def model_card(settings) -> dict:
-    return json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    return json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ def tc(api_url) -> triton.InferenceServerClient:
 @pytest.fixture(scope="module")
 def session() -> ort.InferenceSession:
     """The graph the server must run: on the CPU, the shipped MNIST model's int8 graph (its card ships it)."""
-    return ort.InferenceSession(str(contract.MODEL_DIR / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"])
 
 
 def images(mnist_fixture, n: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from model import contract
 
 
 def mnist_engine(settings: Settings) -> Engine:
-    return Engine("mnist", contract.MODEL_DIR, settings)
+    return Engine("mnist", contract.SHIPPED["mnist"], settings)
 
 
 def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_fixture):
@@ -63,7 +63,7 @@ def test_start_up_without_a_gpu_prints_no_error_line():
     code = ("import logging; logging.basicConfig(level='INFO'); from app.engine import Engines; "
             "from app.settings import Settings; Engines(Settings(intra_op_threads=1))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=contract.MODEL_DIR.parent)
+                          cwd=contract.SHIPPED["mnist"].parent)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert "ERROR" not in output and "[E:" not in output and "Failed to load" not in output, output
@@ -83,10 +83,10 @@ def test_env_settings(monkeypatch):
     s = Settings()
     assert s.providers == ["CPUExecutionProvider"] and s.cors_origins == ["http://localhost:7860"]
     assert s.max_batch == 8 and s.default_model == "mnist"
-    assert s.model_dirs == {name: shipped.directory for name, shipped in contract.SHIPPED.items()}  # all, by default
-    monkeypatch.setenv("CAPSNET_MODELS", f"multimnist, mine={contract.MODEL_DIR}")
+    assert s.model_dirs == dict(contract.SHIPPED)  # all, by default
+    monkeypatch.setenv("CAPSNET_MODELS", f"multimnist, mine={contract.SHIPPED['mnist']}")
     s = Settings()
-    assert s.model_dirs == {"multimnist": contract.SHIPPED["multimnist"].directory, "mine": contract.MODEL_DIR}
+    assert s.model_dirs == {"multimnist": contract.SHIPPED["multimnist"], "mine": contract.SHIPPED["mnist"]}
     assert s.default_model == "multimnist"  # mnist is not served: the first one
 
 
@@ -115,7 +115,7 @@ def test_cors_only_for_configured_origins(settings):
 
 def test_app_never_imports_torch():
     code = "import sys, app.main, app.__main__; assert 'torch' not in sys.modules, 'torch was imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=contract.MODEL_DIR.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=contract.SHIPPED["mnist"].parent)
 
 
 @pytest.mark.parametrize("break_it, why", [
@@ -129,11 +129,11 @@ def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_
     import json
     import shutil
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
-        shutil.copy(contract.MODEL_DIR / name, tmp_path / name)
+        shutil.copy(contract.SHIPPED["mnist"] / name, tmp_path / name)
     if break_it == "garbage":
         (tmp_path / contract.CAPSNET_ONNX).write_bytes(b"not a model")
     elif break_it == "graph":
-        shutil.copy(contract.SHIPPED["multimnist"].directory / contract.CAPSNET_ONNX, tmp_path / contract.CAPSNET_ONNX)
+        shutil.copy(contract.SHIPPED["multimnist"] / contract.CAPSNET_ONNX, tmp_path / contract.CAPSNET_ONNX)
     else:
         card = json.loads((tmp_path / contract.MODEL_CARD).read_text())
         del card[contract.SERVING]
@@ -141,7 +141,7 @@ def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_
     env = {"CAPSNET_MODELS": f"mnist,broken={tmp_path}", "CAPSNET_PROVIDERS": "CPUExecutionProvider",
            "CAPSNET_PORT": "1", "PATH": "/usr/bin:/bin"}  # never reached: it must stop before serving
     proc = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True, timeout=120,
-                          cwd=contract.MODEL_DIR.parent, env=env)
+                          cwd=contract.SHIPPED["mnist"].parent, env=env)
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"cannot serve model broken ({tmp_path}): ") and why in last, proc.stderr
@@ -156,11 +156,11 @@ def test_precision_picks_the_graph_that_answers(settings, mnist_fixture, setting
     from training.export import sha256
     engine = mnist_engine(settings.model_copy(update={"precision": setting}))
     x = mnist_fixture[0][:8, None].astype(np.float32) / 255
-    (want,) = ort.InferenceSession(str(contract.MODEL_DIR / graph), providers=["CPUExecutionProvider"]).run(
+    (want,) = ort.InferenceSession(str(contract.SHIPPED["mnist"] / graph), providers=["CPUExecutionProvider"]).run(
         [contract.LENGTHS], {contract.IMAGE: x})
     (got,) = engine.capsnet.run([contract.LENGTHS], {contract.IMAGE: x})
     np.testing.assert_allclose(got, want, atol=1e-6)
-    assert engine.precision == setting and engine.version == sha256(contract.MODEL_DIR / graph)[:12]
+    assert engine.precision == setting and engine.version == sha256(contract.SHIPPED["mnist"] / graph)[:12]
 
 
 @pytest.mark.parametrize("on_cpu, shipped, present, want", [
@@ -173,7 +173,7 @@ def test_auto_precision_is_int8_only_on_a_cpu_where_the_card_ships_it(on_cpu, sh
 
 def test_int8_without_its_graph_stops_start_up_with_a_sentence(tmp_path):
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
-        (tmp_path / name).write_bytes((contract.MODEL_DIR / name).read_bytes())
-    with pytest.raises(ValidationError, match="precision int8 needs .*python -m training.quantize"):
+        (tmp_path / name).write_bytes((contract.SHIPPED["mnist"] / name).read_bytes())
+    with pytest.raises(ValidationError, match="precision int8 needs .*python -m tools.quantize"):
         Settings(models=[f"mine={tmp_path}"], precision="int8")
 

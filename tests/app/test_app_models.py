@@ -71,7 +71,7 @@ def test_models_lists_every_shipped_model_with_its_card(client):
     entries = {m["name"]: m for m in body["models"]}
     assert list(entries) == list(contract.SHIPPED)
     for name, m in entries.items():
-        card = json.loads((contract.SHIPPED[name].directory / contract.MODEL_CARD).read_text())
+        card = json.loads((contract.SHIPPED[name] / contract.MODEL_CARD).read_text())
         assert m["input_size"] == SIZES[name] == card[contract.SERVING]["input"]["size"]
         assert m["accuracy"] == card["test_accuracy"] and m["title"] == card["name"]
         assert m["ready"] is True and m["state"] == "ready" and m["default"] == (name == "mnist")
@@ -250,9 +250,9 @@ def test_garment_on_a_dark_background_and_a_transparent_cut_out(fashion):
     (lambda s: s["primary_capsules"].update(grid=10, count=3200), "the network leaves a 6x6 grid"),
 ])
 def test_a_card_that_contradicts_itself_is_refused_with_its_folder(change, why):
-    from app.spec import read_serving
-    card = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
-    assert read_serving(card, "model/").size == 28
+    from model.card import read_serving
+    card = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
+    assert read_serving(card, "models/mnist/").size == 28
     change(card[contract.SERVING])
-    with pytest.raises(ValueError, match="the card in model/ .*" + why.replace("`", ".")):
-        read_serving(card, "model/")
+    with pytest.raises(ValueError, match="the card in models/mnist/ .*" + why.replace("`", ".")):
+        read_serving(card, "models/mnist/")

@@ -28,7 +28,7 @@ def decoded_png(url: str) -> np.ndarray:
 
 def test_mnist_digits_get_their_labels(client, mnist_fixture, model_card):
     if model_card["test_accuracy"] is None:
-        pytest.skip("model/capsnet.json says the shipped model is untrained (test_accuracy is null)")
+        pytest.skip("models/mnist/capsnet.json says the shipped model is untrained (test_accuracy is null)")
     images, labels = mnist_fixture[0][:100], mnist_fixture[1][:100]
     for preprocess, needed in (("none", 0.98), ("mnist", 0.97)):
         got = [post_png(client, x, include="", preprocess=preprocess).json()["prediction"] for x in images]
@@ -148,14 +148,14 @@ def test_reconstruct_returns_what_include_asks_for(client):
 def test_health_ready_model(client):
     """On the CPU the shipped MNIST model is served as its int8 graph (its card ships it: tests/model),
     and /model names that file by its hash and states the shipped card's accuracy."""
-    shipped = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    shipped = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     assert shipped["int8"]["shipped"]
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
                                            "precision": "int8",
                                            "models": ["mnist", "fashion-mnist", "multimnist", "affine"]}
     card = client.get("/model").json()
-    int8 = hashlib.sha256((contract.MODEL_DIR / contract.CAPSNET_INT8_ONNX).read_bytes()).hexdigest()[:12]
+    int8 = hashlib.sha256((contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX).read_bytes()).hexdigest()[:12]
     assert card["providers"] == ["CPUExecutionProvider"] and card["precision"] == "int8"
     assert card["version"] == int8 and card["batching"]["max_batch"] == 64
     assert card["test_accuracy"] == shipped["test_accuracy"]

@@ -1,4 +1,4 @@
-"""training/triton.py: the Triton model repository of every shipped model (NAME and NAME_decoder).
+"""tools/triton.py: the Triton model repository of every shipped model (NAME and NAME_decoder).
 
 Each generated config.pbtxt is parsed with Triton's own ModelConfig protobuf (shipped in the
 tritonclient dev dependency), so a field Triton does not know fails the parse, and checked against
@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import text_format
 
 from model import contract
-from training import triton
+from tools import triton
 
 ORT_TO_TRITON = {"tensor(float)": "TYPE_FP32", "tensor(int64)": "TYPE_INT64", "tensor(float16)": "TYPE_FP16"}
 
@@ -42,7 +42,7 @@ def repo(tmp_path_factory):
     return root
 
 
-ENTRIES = [(name + suffix, shipped.directory, suffix) for name, shipped in contract.SHIPPED.items()
+ENTRIES = [(name + suffix, folder, suffix) for name, folder in contract.SHIPPED.items()
            for suffix in ("", triton.DECODER)]
 
 
@@ -93,7 +93,7 @@ def test_repository_models_run_batched(repo, mnist_fixture):
 
 
 def test_one_folder_under_its_own_name(tmp_path):
-    written = triton.main([str(tmp_path), "--model", f"mine={contract.SHIPPED['multimnist'].directory}"])
+    written = triton.main([str(tmp_path), "--model", f"mine={contract.SHIPPED['multimnist']}"])
     assert sorted(c.parent.name for c in written) == ["mine", "mine_decoder"]
     assert read_config(tmp_path, "mine").name == "mine"
     with pytest.raises(SystemExit):  # argparse says contract.model_folder's sentence and exits

@@ -186,14 +186,15 @@ def test_images_build_lean_and_non_root(engine, images):
         user = run(["docker", "image", "inspect", "-f", "{{.Config.User}}", image], engine).stdout.strip()
         assert user == "10001:10001", f"{image} runs as {user!r}"
     # no torch, no training code, no tests in either image; the api has the model, the demo has none
-    probe = ("import importlib.util as u, pathlib as p; "
-             "print(u.find_spec('torch') is not None, sorted(x.name for x in p.Path('/app').iterdir()), "
-             "sorted(x.name for x in p.Path('/app/model').iterdir()))")
+    probe = ("import importlib.util as u, pathlib as p; a = p.Path('/app'); "
+             "print(u.find_spec('torch') is not None, sorted(x.name for x in a.iterdir()), "
+             "sorted(str(x.relative_to(a)) for x in a.glob('model*/**/*') if x.is_file()))")
+    contract_files = ["model/__init__.py", "model/contract.py"]
+    shipped = sorted(str(x.relative_to(REPO)) for x in contract.MODELS_DIR.rglob("*") if x.is_file())
     got = run(["docker", "run", "--rm", "--network", "none", api, "python", "-c", probe], engine).stdout.strip()
-    assert got == ("False ['app', 'model'] ['__init__.py', 'affine', 'capsnet.int8.onnx', 'capsnet.json', "
-                   "'capsnet.onnx', 'contract.py', 'decoder.onnx', 'fashion-mnist', 'multimnist']"), got
+    assert got == f"False ['app', 'model', 'models'] {sorted(contract_files + ['model/card.py'] + shipped)}", got
     got = run(["docker", "run", "--rm", "--network", "none", frontend, "python", "-c", probe], engine).stdout.strip()
-    assert got == "False ['frontend', 'model'] ['__init__.py', 'contract.py']", got
+    assert got == f"False ['frontend', 'model'] {contract_files}", got
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -219,11 +220,11 @@ def test_predict_from_the_host_gets_the_digit(stack, mnist_fixture):
     the right digit once the model is trained (the card has a test accuracy)."""
     import onnxruntime as ort
     images, labels = mnist_fixture
-    card = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    card = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     base = f"http://127.0.0.1:{stack['CAPSNET_CI_API_PORT']}"
     with urllib.request.urlopen(f"{base}/ready", timeout=10) as response:  # int8 on a CPU where the card ships it
         graph = contract.CAPSNET_INT8_ONNX if json.load(response)["precision"] == "int8" else contract.CAPSNET_ONNX
-    session = ort.InferenceSession(str(contract.MODEL_DIR / graph), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(contract.SHIPPED["mnist"] / graph), providers=["CPUExecutionProvider"])
     for i in range(3):
         got = _post_file(f"{base}/predict?preprocess=none&include=capsules", f"digit{i}.png", _png(images[i]))
         (lengths,) = session.run([contract.LENGTHS], {contract.IMAGE: images[i][None, None].astype(np.float32) / 255})

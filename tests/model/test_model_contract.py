@@ -1,6 +1,8 @@
 """model.contract is the one place the ONNX names live, and it costs no torch."""
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from model import contract
 from tests.conftest import REPO
@@ -32,10 +34,18 @@ def test_shapes_follow_the_input_size_as_the_network_does():
     assert contract.capsnet_shapes(36)[contract.VOTE_LENGTHS] == (contract.BATCH, 3200, 10)  # 32 x 10 x 10
 
 
-def test_each_shipped_model_has_its_own_directory_and_the_served_one_is_mnist():
-    dirs = [m.directory for m in contract.SHIPPED.values()]
-    assert len(set(dirs)) == len(dirs)
-    assert contract.SHIPPED["mnist"].directory == contract.MODEL_DIR
-    assert contract.SHIPPED["mnist"].shapes == contract.CAPSNET_SHAPES
-    assert contract.SHIPPED["multimnist"].image_size == contract.MULTIMNIST_SIZE == 36
-    assert contract.SHIPPED["multimnist"].shapes[contract.RECONSTRUCTION] == (contract.BATCH, 36, 36)
+def test_every_shipped_model_has_one_folder_of_the_same_shape():
+    """models/<name>/ each: the two graphs and a card, the graph's input as the card says (no other place
+    says what a model reads), and nothing of a model left in the code's folder."""
+    import onnx
+    assert [folder.name for folder in contract.SHIPPED.values()] == list(contract.SHIPPED)
+    for name, folder in contract.SHIPPED.items():
+        assert folder.parent == contract.MODELS_DIR and folder.is_dir(), name
+        card = json.loads((folder / contract.MODEL_CARD).read_text())
+        size = card[contract.SERVING]["input"]["size"]
+        graph = onnx.load(str(folder / contract.CAPSNET_ONNX), load_external_data=False).graph
+        dims = [d.dim_value or d.dim_param for d in graph.input[0].type.tensor_type.shape.dim]
+        assert dims == [contract.BATCH, 1, size, size], name
+        assert (folder / contract.DECODER_ONNX).is_file(), name
+    code = Path(contract.__file__).parent
+    assert not list(code.glob("*.onnx")) and not list(code.glob("**/" + contract.MODEL_CARD))

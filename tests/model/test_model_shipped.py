@@ -8,8 +8,8 @@ from model import contract
 from training.evaluate import evaluate_onnx
 from training.export import compare_graphs, sha256
 
-CAPSNET = contract.MODEL_DIR / contract.CAPSNET_ONNX
-CARD = contract.MODEL_DIR / contract.MODEL_CARD
+CAPSNET = contract.SHIPPED["mnist"] / contract.CAPSNET_ONNX
+CARD = contract.SHIPPED["mnist"] / contract.MODEL_CARD
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +64,9 @@ def test_card_names_the_shipped_graph(card):
 def test_int8_graph_is_what_its_card_says(card, mnist_fixture, fixture_result):
     """The int8 graph ships only as accurate as the rule says, and reads the fixture as its card says,
     within what another CPU's int8 kernels change (INT8_FLIPS)."""
-    from training.quantize import MAX_ACCURACY_DROP
+    from tools.quantize import MAX_ACCURACY_DROP
     int8 = card["int8"]
-    path = contract.MODEL_DIR / int8["file"]
+    path = contract.SHIPPED["mnist"] / int8["file"]
     assert int8["shipped"] and int8["version"] == sha256(path)[:12]
     assert int8["fp32_test_accuracy"] == card["test_accuracy"]
     assert int8["fp32_test_accuracy"] - int8["test_accuracy"] <= MAX_ACCURACY_DROP

@@ -111,11 +111,11 @@ def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
 
 
 def test_shipped_affine_capsnet_reads_translated_and_affine_digits(digits, digit_labels):
-    """model/affine/: the 40x40 CapsNet of the affine experiment, its card measured on its graph."""
+    """models/affine/: the 40x40 CapsNet of the affine experiment, its card measured on its graph."""
     import onnxruntime as ort
     shipped = contract.SHIPPED["affine"]
-    card = json.loads((shipped.directory / contract.MODEL_CARD).read_text())
-    sess = ort.InferenceSession(str(shipped.directory / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
+    card = json.loads((shipped / contract.MODEL_CARD).read_text())
+    sess = ort.InferenceSession(str(shipped / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
     for name, x in (("expanded MNIST", affine.translate(digits, torch.Generator().manual_seed(5))),
                     ("affNIST-like", affine.affnist_like(digits, torch.Generator().manual_seed(5))[0])):
         (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: x.numpy()})

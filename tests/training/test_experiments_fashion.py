@@ -33,11 +33,11 @@ def test_shipped_fashion_model_reads_the_fixture_as_its_card_and_row_say():
     misclassified indices below 200 (to a CPU's last bits, as for MNIST in tests/model); the results row
     names that graph by its hash and states the error rate of the card's misclassified list."""
     shipped = contract.SHIPPED["fashion-mnist"]
-    card = json.loads((shipped.directory / contract.MODEL_CARD).read_text())
+    card = json.loads((shipped / contract.MODEL_CARD).read_text())
     with np.load(FIXTURES / "fashion_test_200.npz") as f:
         images, labels = f["images"], f["labels"].astype(np.int64)
-    result = evaluate_onnx(shipped.directory / contract.CAPSNET_ONNX, images, labels)
+    result = evaluate_onnx(shipped / contract.CAPSNET_ONNX, images, labels)
     assert len(set(i for i in card["misclassified"] if i < len(labels)) ^ set(result["misclassified"])) <= 1
     row = json.loads((common.RESULTS_DIR / "fashion.json").read_text())["rows"][0]
-    assert row["model_version"] == sha256(shipped.directory / contract.CAPSNET_ONNX)[:12]
+    assert row["model_version"] == sha256(shipped / contract.CAPSNET_ONNX)[:12]
     assert row["ours"] == pytest.approx(100 * len(card["misclassified"]) / card["test_count"], abs=0.01)

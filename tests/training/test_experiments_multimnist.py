@@ -73,7 +73,7 @@ def test_both_right_is_the_papers_metric():
 
 def test_36x36_capsnet_matches_the_multimnist_contract(split):
     shipped = contract.SHIPPED["multimnist"]
-    model = CapsNet(CapsNetConfig(image_size=shipped.image_size)).eval()
+    model = CapsNet(CapsNetConfig(image_size=contract.MULTIMNIST_SIZE)).eval()
     assert model.config.num_primary == 32 * 10 * 10
     p = pairs(split, 0, n=3)
     with torch.no_grad():
@@ -81,7 +81,7 @@ def test_36x36_capsnet_matches_the_multimnist_contract(split):
     got = {contract.LENGTHS: out.lengths, contract.CAPSULES: out.capsules, contract.ROUTING: out.routing,
            contract.RECONSTRUCTION: out.reconstruction}
     for name, tensor in got.items():
-        assert tuple(tensor.shape[1:]) == shipped.shapes[name][1:], name
+        assert tuple(tensor.shape[1:]) == contract.capsnet_shapes(contract.MULTIMNIST_SIZE)[name][1:], name
 
 
 def test_pair_loss_reconstructs_each_digit_from_its_own_capsule(split, monkeypatch):
@@ -123,8 +123,8 @@ def test_cli_trains_draws_and_ships_a_model_with_its_card(idx_dir, tmp_path):
 def test_shipped_multimnist_model_reads_pairs(split):
     shipped = contract.SHIPPED["multimnist"]
     import onnxruntime as ort
-    card = json.loads((shipped.directory / contract.MODEL_CARD).read_text())
-    sess = ort.InferenceSession(str(shipped.directory / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
+    card = json.loads((shipped / contract.MODEL_CARD).read_text())
+    sess = ort.InferenceSession(str(shipped / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
     assert [o.name for o in sess.get_outputs()] == list(contract.CAPSNET_OUTPUTS)
     p = pairs(split, 3, n=300)
     lengths, routing = sess.run([contract.LENGTHS, contract.ROUTING], {contract.IMAGE: p.images.numpy()})

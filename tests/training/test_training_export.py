@@ -85,7 +85,7 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     assert card["parameters"] == 8_215_568 and card["parity_max_abs_diff"] <= export.PARITY_TOL
     assert card["run_epochs"] == 3 and card["epochs"] == 1 and card["val_accuracy"] == 0.5
     assert card["train_config"]["epochs"] == 3 and "5,000 held-out" in card["selection"]
-    serving = card[contract.SERVING]  # what the API reads (app/spec.py), checked there against the graph
+    serving = card[contract.SERVING]  # what the API reads (model/card.py), checked there against the graph
     assert serving["input"]["size"] == 28 and serving["preprocessing"] == {"kind": "digit", "ink_box": 20}
     assert serving["classes"] == [str(d) for d in range(10)] and serving["objects"] == 1
     assert serving["primary_capsules"] == {"types": 32, "dim": 8, "grid": 6, "count": 1152}
@@ -96,7 +96,7 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     ("affine", "digit", 40, 1)])
 def test_describe_writes_what_each_shipped_card_carries(tmp_path, name, kind, size, objects):
     """--describe rebuilds the serving section from a card's own fields: the shipped cards' is that."""
-    shipped = json.loads((contract.SHIPPED[name].directory / contract.MODEL_CARD).read_text())
+    shipped = json.loads((contract.SHIPPED[name] / contract.MODEL_CARD).read_text())
     (tmp_path / contract.MODEL_CARD).write_text(json.dumps({k: v for k, v in shipped.items() if k != contract.SERVING}))
     card = export.main(["--describe", str(tmp_path)])
     assert card == shipped

@@ -39,7 +39,7 @@ def test_every_batch_holds_its_share_of_font_digits_and_of_augmented_mnist(mnist
 
 @pytest.mark.slow
 def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, few_fonts):
-    tune = FineTuneConfig(model_dir=str(contract.MODEL_DIR), font_images=20, font_val_images=10, epoch_images=32)
+    tune = FineTuneConfig(model_dir=str(contract.SHIPPED["mnist"]), font_images=20, font_val_images=10, epoch_images=32)
     config = TrainConfig(data_dir=str(idx_dir), val_size=100, train_limit=200, batch_size=16, eval_batch_size=100,
                          epochs=1, lr=1e-4, precision="fp32", device="cpu", out=str(tmp_path), log_every=1)
     run = finetune(config, tune)
@@ -53,7 +53,7 @@ def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, fe
     assert [h["epoch"] for h in resumed.history] == [1, 2]
 
     # WiSE-FT: halfway between the shipped weights and the kept epoch's, parameter by parameter
-    start = model_from_graphs(contract.MODEL_DIR).state_dict()
+    start = model_from_graphs(contract.SHIPPED["mnist"]).state_dict()
     kept = torch.load(tmp_path / "best.pt", weights_only=True)["model"]
     half = torch.load(blend(tmp_path, 0.5), weights_only=True)["model"]
     moved = [k for k in kept if not torch.equal(kept[k], start[k])]
@@ -64,8 +64,8 @@ def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, fe
 
 
 def test_the_served_card_states_its_fine_tune():
-    """model/capsnet.json: the recipe in words from its own settings, and the flagship it started from."""
-    card = json.loads((contract.MODEL_DIR / contract.MODEL_CARD).read_text())
+    """models/mnist/capsnet.json: the recipe in words from its own settings, and the flagship it started from."""
+    card = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     tune, config = card["fine_tune"], card["train_config"]
     assert card["augmentations"] == recipe(card)
     assert f"lr {config['lr']:g}" in card["augmentations"] and f"{tune['font_share']:.0%}" in card["augmentations"]

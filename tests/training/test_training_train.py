@@ -136,7 +136,7 @@ def test_time_limit_ends_the_run_at_the_epoch_that_passes_it(idx_dir, tmp_path):
 
 @pytest.mark.slow
 def test_compact_checkpoint_keeps_the_run_in_fp16_without_optimiser_state(idx_dir, tmp_path):
-    from training.compact import compact
+    from tools.compact import compact
     train.train(config(idx_dir, tmp_path / "c"), CapsNetConfig())
     last = tmp_path / "c" / "last.pt"  # weights, Adam's moments, schedule and generator states
     small = compact(last, tmp_path / "last16.pt")

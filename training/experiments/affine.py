@@ -18,7 +18,7 @@ The CNN baseline (BaselineCNN) has max-pooling and dropout and about as many par
 40x40 CapsNet without its decoder; both are trained for the same images and selected on a validation
 set of translated MNIST, by training/fit.py like every run. Writes runs/affine/{capsnet,cnn}/,
 docs/results/affine.json and docs/experiments/affine_test_sets.png (the first images of both test sets),
-and exports the CapsNet to model/affine/ (contract.SHIPPED["affine"]) with its card, both test sets
+and exports the CapsNet to models/affine/ (contract.SHIPPED["affine"]) with its card, both test sets
 measured on the exported graph.
 """
 import argparse
@@ -235,7 +235,7 @@ def export_shipped(checkpoint: Path, tests: dict[str, torch.Tensor], labels: tor
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("affine", __doc__, "affine")
     p.add_argument("--test-seed", type=int, default=2017, help="seed of the two generated test sets")
-    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["affine"].directory,
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["affine"],
                    help="where the CapsNet's kept checkpoint is exported")
     common.figure_option(p, "affine_test_sets.png")
     common.checkpoint_option(p, "export the CapsNet of (the result rows stay those of its run)")

@@ -5,7 +5,7 @@ $ python -m training.experiments.fashion --epochs 50 --lr-decay 0.99
 
 Trains with training/train.py's train() on data/fashion-mnist (fetched if missing; same architecture,
 ±2 px shifts, best epoch on 5,000 held-out training images), resuming OUT/last.pt when it is there (a
-run that already has its epochs is only exported), exports the best checkpoint to model/fashion-mnist/
+run that already has its epochs is only exported), exports the best checkpoint to models/fashion-mnist/
 (contract.SHIPPED["fashion-mnist"]) with its card (accuracy measured on the ONNX graph), and writes
 docs/results/fashion.json.
 """
@@ -28,7 +28,7 @@ PAPER_EPOCHS = 50  # what we call a full run; the paper gives iterations with de
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("fashion", __doc__, "fashion-mnist")
-    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["fashion-mnist"].directory)
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["fashion-mnist"])
     common.checkpoint_option(p, "export, measure and report")
     return p.parse_args(argv)
 

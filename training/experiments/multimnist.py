@@ -11,7 +11,7 @@ partner and fresh shifts (the paper generated 1,000 pairs per digit, 60M images)
 correct when both labels are right (the paper's 5.2% error). The decoder reconstructs each digit
 alone from its own capsule (training: the true labels; the loss sums both reconstructions).
 Writes OUT/best.pt, docs/results/multimnist.json, docs/experiments/multimnist_fig5.png (Fig. 5) and
-exports the best checkpoint to model/multimnist/ (contract.SHIPPED["multimnist"]) with its card.
+exports the best checkpoint to models/multimnist/ (contract.SHIPPED["multimnist"]) with its card.
 """
 import argparse
 import json
@@ -229,7 +229,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("multimnist", __doc__, "multimnist", lr_decay=LR_DECAY)
     p.add_argument("--test-pairs", type=int, default=1, help="pairs per test digit (paper: 1,000)")
     p.add_argument("--routing-iters", type=int, default=3)
-    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["multimnist"].directory,
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["multimnist"],
                    help="where the best checkpoint is exported")
     common.figure_option(p, "multimnist_fig5.png")
     common.checkpoint_option(p, "measure, draw, export and report")

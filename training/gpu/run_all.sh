@@ -65,7 +65,7 @@ pack)
   for ckpt in "$R"/mnist/seed*/best.pt "$R"/fashion/best.pt "$R"/multimnist/best.pt "$R"/affine/capsnet/best.pt; do
     [ -f "$ckpt" ] || continue
     name=$(echo "${ckpt#"$R"/}" | sed 's|/best.pt||; s|/|-|g')
-    python3 -m training.compact "$ckpt" "$D/$name.pt"
+    python3 -m tools.compact "$ckpt" "$D/$name.pt"
   done
   find "$R" \( -name metrics.json -o -name test.json -o -name '*.png' \) -not -path "$D/*" | tar -czf "$D/small.tgz" \
     -C / --files-from - "$R/results" "$R/logs"

@@ -1,10 +1,13 @@
-"""What a model folder says about serving it: its card's `serving` section (training/export.py writes it).
+"""A model folder's card (capsnet.json): the one description of a model, and its `serving` schema.
 
-The engine reads every size it needs from here, never from module constants, and checks it against the
-ONNX graphs' own inputs and outputs (Engine._check_contract); app/imaging.py takes the preprocessing.
-A card without the section, or with one that does not parse, stops start-up with a sentence naming
-the model folder.
+Training writes the card (training/export.py builds the serving section with `build_serving`, so it
+is valid by construction); the service reads it with `read_serving`, takes every size it needs from it,
+never from module constants, and checks it against the ONNX graphs' own inputs and outputs
+(app/engine.py); app/imaging/ takes the preprocessing, the demo its tabs (through GET /models). A card
+without the section, or with one that does not parse, stops start-up with a sentence naming the folder.
 """
+import json
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -19,6 +22,7 @@ class _Section(BaseModel):
 class Input(_Section):
     size: int = Field(ge=17, le=1024, description="side of the square input image, px (17: a 1x1 primary grid)")
     channels: Literal[1]
+    pixels: str = "float32 in [0, 1], the object white on black"  # contract.PIXEL_RANGE
 
 
 class Preprocessing(_Section):
@@ -40,7 +44,7 @@ class ClassCapsules(_Section):
 
 
 class Routing(_Section):
-    kind: str
+    kind: str = Field(description="dynamic (Procedure 1), em or qp: model/routing.py")
     iterations: int = Field(ge=0)
 
 
@@ -58,6 +62,26 @@ class Serving(_Section):
     @property
     def size(self) -> int:
         return self.input.size
+
+
+def load(folder: Path) -> dict:
+    """The card of a model folder, as written."""
+    return json.loads((Path(folder) / contract.MODEL_CARD).read_text())
+
+
+def build_serving(model_config: dict, task: str, preprocessing: Preprocessing, classes: list[str],
+                    objects: int) -> Serving:
+    """The serving section of a model built from its CapsNetConfig (as a dict) and what it was trained
+    to read; checked as `read_serving` checks it, so training cannot write a card the service refuses."""
+    size, p = model_config["image_size"], model_config["primary_types"]
+    grid = contract.primary_grid(size)
+    section = Serving(task=task, input=Input(size=size, channels=1), preprocessing=preprocessing,
+                      classes=list(classes), objects=objects,
+                      primary_capsules=PrimaryCapsules(types=p, dim=model_config["primary_dim"], grid=grid,
+                                                       count=p * grid * grid),
+                      class_capsules=ClassCapsules(count=model_config["num_classes"], dim=model_config["caps_dim"]),
+                      routing=Routing(kind=model_config["routing"], iterations=model_config["routing_iters"]))
+    return read_serving({contract.SERVING: section.model_dump()}, "the exported model")
 
 
 def read_serving(card: dict, where: str) -> Serving:

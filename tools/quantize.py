@@ -1,7 +1,7 @@
 """An int8 CapsNet for CPUs: static QDQ quantisation of the two convolutions, measured before it ships.
 
-$ python -m training.quantize                      # model/ -> model/capsnet.int8.onnx, the card's `int8`
-$ python -m training.quantize --model-dir model/fashion-mnist
+$ python -m tools.quantize                      # models/mnist/ -> capsnet.int8.onnx there, the card's `int8`
+$ python -m tools.quantize --model-dir models/fashion-mnist
 
 After the routing became matmuls (model/routing.py:digit_routing), PrimaryCaps' 9x9 convolution
 (256 -> 256 channels, 382 MFLOP per image) is most of the CPU's time. ONNX Runtime's static
@@ -147,8 +147,8 @@ def quantize_model(model_dir: Path, data_dir: Path | None = None,
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m training.quantize", description=__doc__.splitlines()[0])
-    p.add_argument("--model-dir", type=Path, default=contract.MODEL_DIR)
+    p = argparse.ArgumentParser(prog="python -m tools.quantize", description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["mnist"])
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files of the model's dataset")
     p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES)
     args = p.parse_args(argv)

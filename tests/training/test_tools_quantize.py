@@ -10,7 +10,8 @@ import torch
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
-from training import export, quantize
+from tools import quantize
+from training import export
 from training.config import TrainConfig
 
 

@@ -1,7 +1,7 @@
 """Write a Triton Inference Server model repository of every shipped CapsNet, to serve them on a fleet.
 
-$ python -m training.triton triton_repo                          # every shipped model (contract.SHIPPED)
-$ python -m training.triton triton_repo --model mine=runs/export # one folder, named mine
+$ python -m tools.triton triton_repo                          # every shipped model (contract.SHIPPED)
+$ python -m tools.triton triton_repo --model mine=runs/export # one folder, named mine
 $ python -m training.export --triton triton_repo                 # export, then the exported model
 $ docker run --gpus=1 -p8000:8000 -v $PWD/triton_repo:/models nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \
       tritonserver --model-repository=/models
@@ -129,7 +129,7 @@ def write_repository(repo: Path, models: dict[str, Path] | None = None, max_batc
     Returns:
         the config.pbtxt paths written.
     """
-    models = models or {name: shipped.directory for name, shipped in contract.SHIPPED.items()}
+    models = models or dict(contract.SHIPPED)
     written = []
     for model_name, model_dir in models.items():
         for suffix, (filename, want_in, want_out, shapes) in graphs(model_dir).items():
@@ -158,7 +158,7 @@ def model_arg(text: str) -> tuple[str, Path]:
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(prog="python -m training.triton", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.triton", description=__doc__.splitlines()[0])
     p.add_argument("repo", type=Path, help="model repository folder to write")
     p.add_argument("--model", type=model_arg, action="append", metavar="NAME[=DIR]",
                    help="a model to write: a shipped one by name or a folder as NAME=DIR (repeatable); "
