@@ -1,7 +1,7 @@
 """Fine-tune a shipped MNIST CapsNet on typeset and outlined digits (issue 22): its own weights, MNIST with
 augmentations, and digits of training-only fonts.
 
-$ nice -n 15 python -m training.finetune --precision fp32 --time-limit 3600   # model/ -> runs/finetune
+$ nice -n 15 python -m training.finetune --precision fp32 --time-limit 3600   # models/mnist/ -> runs/finetune
 $ python -m training.finetune --resume                                         # the same run, continued
 $ python -m training.finetune --export /tmp/mnist-ft                           # its kept epoch -> a model folder
 
@@ -42,7 +42,7 @@ import torch
 import torch.nn as nn
 
 from model import contract
-from training import data, fonts
+from training import cli, data, fonts
 from training.config import PRECISIONS, TrainConfig, augment
 from tools.compact import compact
 from training.evaluate import evaluate, load_checkpoint
@@ -198,39 +198,24 @@ def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None,
     return json.loads((out_dir / contract.MODEL_CARD).read_text())
 
 
+TRAIN_OPTIONS = ("data_dir", "train_limit", "val_size", "max_shift", "rotate", "scale", "shear", "stroke_jitter",
+                 "elastic_alpha", "elastic_sigma", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
+                 "precision", "time_limit", "eval_batch_size", "log_every", "out", "resume")
+TRAIN_DEFAULTS = {  # the fine-tune's own, where TrainConfig's are for training from scratch
+    "rotate": 10.0, "scale": 0.1, "shear": 10.0, "stroke_jitter": 0.2,
+    "elastic_alpha": 16.0,  # px; Simard et al.'s 34 at sigma 4 bends digits more than people do
+    "epochs": 6,
+    "lr": 2e-4,  # a fifth of training's: the weights are already good
+    "lr_decay": 0.6, "log_every": 10, "out": "runs/finetune",
+}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    t, f = TrainConfig(), FineTuneConfig()
+    """FineTuneConfig's fields and TRAIN_OPTIONS of TrainConfig as options (training/cli.py), and the
+    commands that train nothing (--export, --mixes)."""
     p = argparse.ArgumentParser(prog="python -m training.finetune", description=__doc__.splitlines()[0])
-    p.add_argument("--model-dir", default=f.model_dir, help="the model folder to start from")
-    p.add_argument("--font-share", type=float, default=f.font_share, help="fraction of each batch that is font digits")
-    p.add_argument("--augment-mnist", type=float, default=f.augment_mnist,
-                   help="fraction of each batch's MNIST digits augmented too (font digits always are)")
-    p.add_argument("--font-images", type=int, default=f.font_images, help="font digits rendered for training")
-    p.add_argument("--font-val-images", type=int, default=f.font_val_images, help="held-out font digits (log only)")
-    p.add_argument("--epoch-images", type=int, default=f.epoch_images, help="draws per epoch")
-    p.add_argument("--data-dir", default=None, help="MNIST's IDX files (default data/mnist, fetched if empty)")
-    p.add_argument("--train-limit", type=int, default=t.train_limit, help="use only the first N training images")
-    p.add_argument("--val-size", type=int, default=t.val_size, help="MNIST training images held out for selection")
-    p.add_argument("--max-shift", type=int, default=t.max_shift, help="random shift in pixels (paper: 2)")
-    p.add_argument("--rotate", type=float, default=10.0, help="degrees each way")
-    p.add_argument("--scale", type=float, default=0.1, help="fraction each way")
-    p.add_argument("--shear", type=float, default=10.0, help="degrees each way")
-    p.add_argument("--stroke-jitter", type=float, default=0.2, help="probability of a 1 px dilation or erosion")
-    p.add_argument("--elastic-alpha", type=float, default=16.0,
-                   help="px; Simard et al.'s 34 at sigma 4 bends digits more than people do")
-    p.add_argument("--elastic-sigma", type=float, default=t.elastic_sigma, help="smoothing of the elastic field, px")
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--batch-size", type=int, default=t.batch_size)
-    p.add_argument("--lr", type=float, default=2e-4, help="a fifth of training's: the weights are already good")
-    p.add_argument("--lr-decay", type=float, default=0.6, help="LR factor per epoch, applied per step")
-    p.add_argument("--seed", type=int, default=t.seed)
-    p.add_argument("--device", default=t.device)
-    p.add_argument("--precision", choices=PRECISIONS, default=t.precision)
-    p.add_argument("--time-limit", type=float, default=t.time_limit, help="seconds; the epoch that passes it is the last")
-    p.add_argument("--eval-batch-size", type=int, default=t.eval_batch_size)
-    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
-    p.add_argument("--out", default="runs/finetune")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt, data stream included")
+    cli.add_options(p, FineTuneConfig)
+    cli.add_options(p, TrainConfig, only=TRAIN_OPTIONS, defaults=TRAIN_DEFAULTS, choices={"precision": PRECISIONS})
     p.add_argument("--export", type=Path, default=None, metavar="DIR",
                    help="train nothing: write OUT's kept epoch as a model folder in DIR (graphs, card, int8)")
     p.add_argument("--mix", type=float, default=1.0, help="with --export: blend α of the kept epoch with the "
@@ -241,16 +226,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> dict:
-    args = vars(parse_args(argv))
-    data_dir = Path(args["data_dir"]) if args["data_dir"] else None
-    if args["mixes"]:
-        return {"mixes": compare_mixes(Path(args["out"]), [float(a) for a in args["mixes"].split(",")], data_dir)}
-    if args["export"]:
-        return export_candidate(Path(args["out"]), args["export"], data_dir, args["mix"])
-    tune = FineTuneConfig(**{k: args.pop(k) for k in asdict(FineTuneConfig())})
-    for key in ("export", "mix", "mixes"):
-        args.pop(key)
-    run = finetune(TrainConfig(**args), tune, partial(print, flush=True))
+    args = parse_args(argv)
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    if args.mixes:
+        return {"mixes": compare_mixes(Path(args.out), [float(a) for a in args.mixes.split(",")], data_dir)}
+    if args.export:
+        return export_candidate(Path(args.out), args.export, data_dir, args.mix)
+    run = finetune(cli.build(TrainConfig, args), cli.build(FineTuneConfig, args), partial(print, flush=True))
     return {"run": run}
 
 

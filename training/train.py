@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import ROUTINGS
-from training import data
+from training import cli, data
 from training.config import PRECISIONS, TrainConfig, augment
 from training.evaluate import evaluate
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
@@ -40,63 +40,16 @@ from training.fit import Batch, Run, StepOut, Task, fit, hardware
 OFFICIAL_RECON_WEIGHT = 0.01
 
 
+MODEL_OPTIONS = ("routing", "routing_iters", "qp_lambda", "em_inv_temp", "reconstruction", "recon_weight")
+
+
 def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
-    t, m = TrainConfig(), CapsNetConfig()
+    """Every field of TrainConfig and the model's training choices of CapsNetConfig, as options (training/cli.py)."""
     p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.splitlines()[0])
-    # --- data
-    p.add_argument("--dataset", choices=data.DATASETS, default=t.dataset)
-    p.add_argument("--data-dir", default=None, help="IDX files (default data/<dataset>, fetched if empty)")
-    p.add_argument("--max-shift", type=int, default=t.max_shift, help="random shift in pixels (paper: 2)")
-    p.add_argument("--rotate", type=float, default=t.rotate, help="random rotation, degrees each way (off: 0)")
-    p.add_argument("--scale", type=float, default=t.scale, help="random scale, fraction each way (off: 0)")
-    p.add_argument("--shear", type=float, default=t.shear, help="random shear, degrees each way (off: 0)")
-    p.add_argument("--stroke-jitter", type=float, default=t.stroke_jitter,
-                   help="probability of a 1 px dilation or erosion of an image (off: 0)")
-    p.add_argument("--elastic-alpha", type=float, default=t.elastic_alpha, help="elastic distortion, px (off: 0)")
-    p.add_argument("--elastic-sigma", type=float, default=t.elastic_sigma, help="smoothing of the elastic field, px")
-    p.add_argument("--train-limit", type=int, default=t.train_limit, help="use only the first N training images")
-    p.add_argument("--val-size", type=int, default=t.val_size,
-                   help="training images held out for selection; 0 trains on all and keeps the last epoch")
-    # --- model
-    p.add_argument("--routing", choices=ROUTINGS, default=m.routing)
-    p.add_argument("--routing-iters", type=int, default=m.routing_iters, help="dynamic: r of Procedure 1; em: M-steps")
-    p.add_argument("--qp-lambda", type=float, default=m.qp_lambda, help="qp: lambda of the l2/l1 penalty (Eqs. 10, 14)")
-    p.add_argument("--em-inv-temp", type=float, default=m.em_inv_temp,
-                   help="em: lambda of Eq. 27 at the last iteration")
-    p.add_argument("--no-reconstruction", dest="reconstruction", action="store_false")
-    p.add_argument("--recon-weight", type=float, default=m.recon_weight,
-                   help=f"weight of the sum-squared reconstruction error (paper: {m.recon_weight}; the official "
-                        f"code's balance of margin and reconstruction is {OFFICIAL_RECON_WEIGHT} here)")
-    # --- optimisation
-    p.add_argument("--epochs", type=int, default=t.epochs)
-    p.add_argument("--batch-size", type=int, default=t.batch_size, help="per rank; the last partial batch is dropped")
-    p.add_argument("--lr", type=float, default=t.lr, help="Adam's TensorFlow default")
-    p.add_argument("--lr-decay", type=float, default=t.lr_decay,
-                   help="LR factor per epoch, applied smoothly per step; the official 0.96 every "
-                        "2,000 steps at batch 128 is ~0.99 per epoch, short runs want ~0.9")
-    p.add_argument("--n-w", type=int, default=t.n_w, help="weight steps per batch (Algorithm 1's n_w; paper: 1)")
-    p.add_argument("--n-r", type=int, default=t.n_r, help="qp: routing steps per batch (Algorithm 1's n_r; paper: 1)")
-    p.add_argument("--qp-lr", type=float, default=t.qp_lr,
-                   help="qp: gamma, the step of the routing ascent (Eqs. 13, 15 sum over the batch)")
-    p.add_argument("--seed", type=int, default=t.seed)
-    # --- hardware
-    p.add_argument("--device", default=t.device)
-    p.add_argument("--precision", choices=PRECISIONS, default=t.precision,
-                   help="bf16 autocast for the convs and the decoder, routing in fp32; auto: bf16 where native")
-    p.add_argument("--compile", action="store_true", help="torch.compile the step (CUDA graphs on CUDA)")
-    p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
-    # --- evaluation and output
-    p.add_argument("--eval-every", type=int, default=t.eval_every, help="epochs between validations and checkpoints")
-    p.add_argument("--eval-batch-size", type=int, default=t.eval_batch_size)
-    p.add_argument("--time-limit", type=float, default=t.time_limit,
-                   help="seconds; the epoch that passes it is the last (0: none); the card says so")
-    p.add_argument("--log-every", type=int, default=t.log_every, help="steps between progress lines")
-    p.add_argument("--out", default=t.out)
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt, data stream included")
-    args = vars(p.parse_args(argv))
-    model_keys = ("routing", "routing_iters", "qp_lambda", "em_inv_temp", "reconstruction", "recon_weight")
-    model_config = {k: args.pop(k) for k in model_keys}
-    return TrainConfig(**args), CapsNetConfig(**model_config)
+    cli.add_options(p, TrainConfig, choices={"dataset": data.DATASETS, "precision": PRECISIONS})
+    cli.add_options(p, CapsNetConfig, only=MODEL_OPTIONS, choices={"routing": ROUTINGS})
+    args = p.parse_args(argv)
+    return cli.build(TrainConfig, args), cli.build(CapsNetConfig, args)
 
 
 # -------------------------------------------------------------------------------------------------

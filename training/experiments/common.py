@@ -11,31 +11,22 @@ import shlex
 import sys
 from pathlib import Path
 
+from training import cli
 from training.config import PRECISIONS, TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO / "docs" / "results"
 
 
+SHARED = ("data_dir", "train_limit", "val_size", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
+          "precision", "compile", "eval_every", "time_limit")  # the TrainConfig fields every experiment takes
+
+
 def parser(prog: str, doc: str, out: str, lr_decay: float = 0.9) -> argparse.ArgumentParser:
-    """The options every experiment has: data, training budget, schedule, hardware and outputs;
-    train_config() turns them into the TrainConfig of training/fit.py."""
-    t = TrainConfig()
+    """The options every experiment has: TrainConfig's SHARED fields (training/cli.py; short schedules
+    decay faster), checkpoints in runs/<out> and the results' folder; train_config() builds the TrainConfig."""
     p = argparse.ArgumentParser(prog=f"python -m training.experiments.{prog}", description=doc.splitlines()[0])
-    p.add_argument("--data-dir", default=None, help="IDX files (default: data/<dataset>, fetched if empty)")
-    p.add_argument("--train-limit", type=int, default=0, help="use only the first N training images (0: all)")
-    p.add_argument("--val-size", type=int, default=t.val_size, help="training images held out for validation")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=t.batch_size)
-    p.add_argument("--lr", type=float, default=t.lr)
-    p.add_argument("--lr-decay", type=float, default=lr_decay, help="LR factor per epoch, applied per step")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=t.device)
-    p.add_argument("--precision", choices=PRECISIONS, default=t.precision, help="auto: bf16 where native")
-    p.add_argument("--compile", action="store_true", help="torch.compile the step (CUDA graphs on CUDA)")
-    p.add_argument("--eval-every", type=int, default=t.eval_every, help="epochs between validations")
-    p.add_argument("--time-limit", type=float, default=t.time_limit,
-                   help="seconds per training run; the epoch that passes it is the last (0: none)")
+    cli.add_options(p, TrainConfig, only=SHARED, defaults={"lr_decay": lr_decay}, choices={"precision": PRECISIONS})
     p.add_argument("--out", type=Path, default=Path("runs") / out, help="checkpoints")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where <experiment>.json goes")
     return p
@@ -49,11 +40,7 @@ def checkpoint_option(p: argparse.ArgumentParser, does: str) -> None:
 
 def train_config(args: argparse.Namespace, **overrides) -> TrainConfig:
     """The TrainConfig of the shared options; overrides set the rest (out, seed, dataset...)."""
-    shared = ("data_dir", "train_limit", "val_size", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
-              "precision", "compile", "eval_every", "time_limit")
-    fields = {k: getattr(args, k) for k in shared}
-    fields["out"] = str(args.out)
-    return TrainConfig(**{**fields, **overrides})
+    return cli.build(TrainConfig, args, **{"out": str(args.out), **overrides})
 
 
 def figure_option(p: argparse.ArgumentParser, name: str) -> None:
