@@ -1,7 +1,7 @@
 """What a model folder says about serving it: its card's `serving` section (training/export.py writes it).
 
 The engine reads every size it needs from here, never from module constants, and checks it against the
-ONNX graphs' own inputs and outputs (Engine._check_contract); app/imaging.py takes the preprocessing.
+ONNX graphs' own inputs and outputs (Engine._check_contract); app/imaging/ takes the preprocessing.
 A card without the section, or with one that does not parse, stops start-up with a sentence naming
 the model folder.
 """
@@ -22,7 +22,7 @@ class Input(_Section):
 
 
 class Preprocessing(_Section):
-    """How a picture becomes the model's input (app/imaging.py)."""
+    """How a picture becomes the model's input (app/imaging/registry.py)."""
     kind: Literal[contract.PREPROCESSING]  # type: ignore[valid-type]
     ink_box: int = Field(ge=4, description="longer side (px) of the object's ink box in the model's input")
 
