@@ -44,4 +44,7 @@ def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMA
     """
     if kind == "none":
         return as_is(image, size)
-    return PREPROCESSINGS.get(kind, digit.prepare)(image, size, box)  # any other name: a digit, as before
+    if kind not in PREPROCESSINGS:
+        raise ValueError(f"no preprocessing is named {kind!r}: a model's card names one of "
+                         f"{', '.join(PREPROCESSINGS)}, and a request may ask for none")
+    return PREPROCESSINGS[kind](image, size, box)

@@ -9,6 +9,7 @@ from app import imaging
 from app.imaging import ImageError
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
+from app.imaging.registry import PREPROCESSINGS
 from model import contract
 from app_images import png_bytes
 
@@ -131,6 +132,16 @@ def test_exif_orientation_is_applied(seven):
 def test_none_needs_28x28():
     with pytest.raises(ImageError, match="28x28"):
         load(png_bytes(np.zeros((280, 280), np.uint8)), "none")
+
+
+def test_every_preprocessing_a_card_names_has_its_function():
+    assert set(PREPROCESSINGS) == set(contract.PREPROCESSING)
+
+
+def test_an_unknown_preprocessing_is_refused_in_words():
+    """Not a KeyError, nor the digit's pipeline in silence: a name without a function is the code's mistake."""
+    with pytest.raises(ValueError, match="no preprocessing is named 'letter': a model's card names one of digit"):
+        imaging.preprocess(Image.new("L", (28, 28)), "letter")
 
 
 @pytest.mark.parametrize("image", [
