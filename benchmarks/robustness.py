@@ -373,15 +373,16 @@ def mnist_test(model_dir: Path) -> dict:
 def mnist_strokes(n: int = 2000) -> dict:
     """Stroke widths of the first n MNIST *training* digits as app.imaging measures them (fraction of
     the digit's longer side): the percentiles that model/contract.py's STROKE_RANGE holds."""
-    from app import imaging
+    from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, stroke_width
+    from app.imaging.ink import locate, source
     from training.data import read_idx
     images = read_idx(MNIST_DIR / "train-images-idx3-ubyte.gz")[:n]
     widths = []
     for x in images:
-        picture, light_ink = imaging.source(Image.fromarray(x))
-        paper, digit, factor = imaging.locate(picture, light_ink)
-        ink, side = imaging.digit_ink(picture, paper, digit, factor)
-        widths.append(imaging.stroke_width(imaging.at_norm_box(ink, side)) / imaging.NORM_BOX)
+        picture, light_ink = source(Image.fromarray(x))
+        paper, digit, factor = locate(picture, light_ink)
+        ink, side = digit_ink(picture, paper, digit, factor)
+        widths.append(stroke_width(at_norm_box(ink, side)) / NORM_BOX)
     percents = (1, 2, 5, 10, 50, 90, 95, 98, 99)
     return {"n": n, **{f"p{q}": round(float(w), 3) for q, w in zip(percents, np.percentile(widths, percents))}}
 

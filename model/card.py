@@ -26,7 +26,7 @@ class Input(_Section):
 
 
 class Preprocessing(_Section):
-    """How a picture becomes the model's input (app/imaging.py)."""
+    """How a picture becomes the model's input (app/imaging/registry.py)."""
     kind: Literal[contract.PREPROCESSING]  # type: ignore[valid-type]
     ink_box: int = Field(ge=4, description="longer side (px) of the object's ink box in the model's input")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 # --- input convention ----------------------------------------------------------------------------
 IMAGE_SIZE = 28  # MNIST: 28x28, one channel
 INK_BOX = 20  # LeCun's MNIST digits are fitted into 20x20 and centred by mass in 28x28
-# MNIST's stroke widths as fractions of the digit's longer side (the 20 px box), as app.imaging measures
+# MNIST's stroke widths as fractions of the digit's longer side (the 20 px box), as app.imaging.digit measures
 # them (`python -m benchmarks.robustness --strokes`, 2,000 training digits): median, and 1st and 99th
 # percentiles; strokes outside the range are reshaped to the median.
 STROKE_MEDIAN = 0.125
@@ -83,7 +83,7 @@ SHIPPED = {name: MODELS_DIR / name for name in ("mnist", "fashion-mnist", "multi
 
 # --- what a model folder says about serving it (its card's "serving" section, model/card.py) ----------
 SERVING = "serving"
-# How a picture becomes the model's input (app/imaging/): `digit` finds one digit and fits its ink box
+# How a picture becomes the model's input (app/imaging/registry.py): `digit` finds one digit and fits its ink box
 # as LeCun's MNIST did; `digit-pair` two overlapping digits, their union's ink box fitted as the
 # MultiMNIST training pairs' was; `garment` one object on a plain background, cropped and fitted into
 # the frame as Fashion-MNIST's product photos were, its grey levels kept.

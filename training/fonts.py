@@ -4,7 +4,7 @@ MNIST's writers never made a serif 1 with a flag and a foot, a 6 of a typeface o
 outline, and no preprocessing turns those into MNIST's shapes; training on them can. Each digit is
 typed in one of FONTS, thickened or drawn as its outline, slanted and turned, then made the way
 LeCun made MNIST (http://yann.lecun.com/exdb/mnist/): its ink box fitted into 20x20 keeping its aspect,
-anti-aliased, its centre of mass at (14, 14) of 28x28, white on black (app.imaging.fit_and_centre,
+anti-aliased, its centre of mass at (14, 14) of 28x28, white on black (app.imaging.digit.fit_and_centre,
 the service's own step).
 
 FONTS are for training only and held apart from the robustness suite's (benchmarks/robustness.py
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from app.imaging import fit_and_centre
+from app.imaging.digit import fit_and_centre
 from model import contract
 
 FONT_ROOTS = (Path("/usr/share/fonts/truetype"), Path("/usr/share/fonts/opentype"))  # Debian's

@@ -1,4 +1,4 @@
-"""app/imaging.py: safe decoding of every supported format and mode, and MNIST-style normalisation."""
+"""app/imaging/: safe decoding of every supported format and mode, and MNIST-style normalisation."""
 import base64
 
 import numpy as np
@@ -7,6 +7,9 @@ from PIL import Image
 
 from app import imaging
 from app.imaging import ImageError
+from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
+from app.imaging.ink import fit_paper, locate, source
+from app.imaging.registry import PREPROCESSINGS
 from model import contract
 from app_images import png_bytes
 
@@ -131,6 +134,16 @@ def test_none_needs_28x28():
         load(png_bytes(np.zeros((280, 280), np.uint8)), "none")
 
 
+def test_every_preprocessing_a_card_names_has_its_function():
+    assert set(PREPROCESSINGS) == set(contract.PREPROCESSING)
+
+
+def test_an_unknown_preprocessing_is_refused_in_words():
+    """Not a KeyError, nor the digit's pipeline in silence: a name without a function is the code's mistake."""
+    with pytest.raises(ValueError, match="no preprocessing is named 'letter': a model's card names one of digit"):
+        imaging.preprocess(Image.new("L", (28, 28)), "letter")
+
+
 @pytest.mark.parametrize("image", [
     Image.new("L", (280, 280), 255),
     Image.new("RGB", (100, 60), (51, 51, 51)),
@@ -220,24 +233,24 @@ def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
     from scipy import ndimage
     big = drawn_in_corner(seven, canvas=400, height=300, at=(50, 80))
     marker = ndimage.distance_transform_edt(big < 0.5) <= 40  # strokes grow by 40 px each side
-    ink, side = imaging.digit_ink(*_located(marker.astype(np.float32)))
-    assert imaging.stroke_width(imaging.at_norm_box(ink, side)) / imaging.NORM_BOX > contract.STROKE_RANGE[1]
-    thinned = imaging.normalise_stroke(ink, side)
+    ink, side = digit_ink(*_located(marker.astype(np.float32)))
+    assert stroke_width(at_norm_box(ink, side)) / NORM_BOX > contract.STROKE_RANGE[1]
+    thinned = normalise_stroke(ink, side)
     rows, cols = np.flatnonzero(thinned.max(1) >= 0.5), np.flatnonzero(thinned.max(0) >= 0.5)
     new_side = max(rows[-1] - rows[0], cols[-1] - cols[0]) + 1
-    assert imaging.stroke_width(thinned) / new_side == pytest.approx(contract.STROKE_MEDIAN, abs=0.03)
+    assert stroke_width(thinned) / new_side == pytest.approx(contract.STROKE_MEDIAN, abs=0.03)
     out = load(png_bytes(np.round(marker * 255).astype(np.uint8)))
-    assert (out > 0.5).sum() < 0.8 * (imaging.fit_and_centre(ink) > 0.5).sum()
+    assert (out > 0.5).sum() < 0.8 * (fit_and_centre(ink) > 0.5).sum()
 
 
 def test_strokes_within_mnists_range_are_untouched(seven):
-    ink, side = imaging.digit_ink(*_located(drawn_in_corner(seven)))
-    assert imaging.normalise_stroke(ink, side) is ink
+    ink, side = digit_ink(*_located(drawn_in_corner(seven)))
+    assert normalise_stroke(ink, side) is ink
 
 
 def _located(ink: np.ndarray) -> tuple:
-    picture, light_ink = imaging.source(Image.fromarray(np.round(ink * 255).astype(np.uint8)))
-    paper, digit, factor = imaging.locate(picture, light_ink)
+    picture, light_ink = source(Image.fromarray(np.round(ink * 255).astype(np.uint8)))
+    paper, digit, factor = locate(picture, light_ink)
     return picture, paper, digit, factor
 
 
@@ -310,7 +323,7 @@ def test_blurred_digits_and_tight_crops_are_read(client, digits, make, dark_ink)
 def test_the_paper_under_a_soft_digit_is_flat(seven):
     """A soft digit that fills its frame is not lighting: the paper is flat, at its black, and the noise
     is not the digit's spread (before: a bent surface and sigma 0.2, so no ink passed 4 sigma)."""
-    paper, ink = imaging.fit_paper(low_resolution(seven), light_ink=False)
+    paper, ink = fit_paper(low_resolution(seven), light_ink=False)
     assert not paper.surface[1:].any() and paper.surface[0] < 0.01
     assert paper.polarity == 1.0 and paper.sigma < 0.02
     assert ink.max() > 0.8
@@ -322,7 +335,7 @@ def test_the_paper_under_uneven_light_is_its_surface(seven):
     ink = drawn_in_corner(seven, canvas=128, height=60, at=(30, 40))
     paper_grey = 0.75 + np.linspace(-0.125, 0.125, 128, dtype=np.float32)[None, :] + np.zeros((128, 1), np.float32)
     x = np.clip(paper_grey - 0.5 * ink + rng.normal(0, 0.01, (128, 128)), 0, 1).astype(np.float32)
-    paper, _ = imaging.fit_paper(x, light_ink=False)
+    paper, _ = fit_paper(x, light_ink=False)
     assert paper.surface[1] == pytest.approx(0.125, abs=0.01)  # u in [-1, 1] across the width
     assert paper.polarity == -1.0 and paper.sigma == pytest.approx(0.01, rel=0.3)
 

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from app import imaging
+from app.imaging.render import OVERLAY_INPUT
 from app_images import png_bytes
 from model import contract
 from tests.conftest import FIXTURES
@@ -122,9 +123,9 @@ def test_multimnist_names_both_digits_and_draws_each_from_its_own_capsule(client
     np.testing.assert_allclose(drawings, want, atol=1e-5)
     overlay = pixels(answer["overlay"]).astype(np.float32) / 255  # (36, 36, 3): red first, green second
     seen = pixels(answer["input"]).astype(np.float32) / 255
-    np.testing.assert_allclose(overlay[..., 0], np.maximum(imaging.OVERLAY_INPUT * seen, want[0]), atol=2 / 255)
-    np.testing.assert_allclose(overlay[..., 1], np.maximum(imaging.OVERLAY_INPUT * seen, want[1]), atol=2 / 255)
-    np.testing.assert_allclose(overlay[..., 2], imaging.OVERLAY_INPUT * seen, atol=2 / 255)
+    np.testing.assert_allclose(overlay[..., 0], np.maximum(OVERLAY_INPUT * seen, want[0]), atol=2 / 255)
+    np.testing.assert_allclose(overlay[..., 1], np.maximum(OVERLAY_INPUT * seen, want[1]), atol=2 / 255)
+    np.testing.assert_allclose(overlay[..., 2], OVERLAY_INPUT * seen, atol=2 / 255)
     bare = predict(client, images[0], model="multimnist", preprocess="none", include="")
     assert "overlay" not in bare and all("reconstruction" not in o for o in bare["objects"])
 

@@ -1,0 +1,114 @@
+"""Untrusted bytes -> a decoded, upright Pillow image, and its pixels as floats.
+
+Only PNG, JPEG, BMP, GIF and WebP are opened; the pixel limit is checked from the header before a
+pixel is decoded, and whatever a malformed file makes Pillow raise becomes an ImageError: the 4xx to
+answer and a sentence saying why. Base64 and data URLs (a JSON body's `image`) are read here too.
+"""
+import base64
+import binascii
+import io
+import math
+import re
+from contextlib import contextmanager
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
+WORK_SIZE = 1024  # large images are box-reduced to at most this side before the float maths
+LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's convert("L") uses
+DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
+
+
+class ImageError(ValueError):
+    """An image the service cannot use, with the 4xx status to answer and a sentence saying why."""
+
+    def __init__(self, detail: str, status_code: int = 422):
+        super().__init__(detail)
+        self.detail, self.status_code = detail, status_code
+
+
+def from_base64(text: str) -> bytes:
+    """Base64 or a base64 data URL ("data:image/png;base64,...") -> bytes; whitespace is ignored."""
+    text = text.strip()
+    if match := DATA_URL.match(text):
+        text = text[match.end():]
+    elif text.startswith("data:"):
+        raise ImageError("`image` is a data URL without ;base64, send data:image/png;base64,<...>")
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageError("`image` is not valid base64 (A-Z, a-z, 0-9, +, / and = padding)") from None
+
+
+@contextmanager
+def _decoder_errors():
+    """Whatever a malformed file makes Pillow raise becomes an ImageError (the file's fault, a 4xx)."""
+    try:
+        yield
+    except ImageError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"the image is a decompression bomb ({exc})", 413) from None
+    except UnidentifiedImageError:
+        raise ImageError("the file is not a readable PNG, JPEG, BMP, GIF or WebP image") from None
+    except Exception as exc:
+        raise ImageError(f"the image could not be decoded, it may be truncated or corrupt ({exc})") from None
+
+
+def open_image(data: bytes, max_pixels: int) -> Image.Image:
+    """Bytes -> a Pillow image whose header is read and checked; no pixel is decoded yet.
+
+    The pixel limit is checked here, from the header; Pillow's own decompression-bomb guard
+    (Image.open) is the second line.
+    """
+    if not data:
+        raise ImageError("the image is empty (0 bytes)")
+    with _decoder_errors():
+        image = Image.open(io.BytesIO(data), formats=FORMATS)
+    width, height = image.size
+    if width * height > max_pixels:
+        raise ImageError(f"the image has {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}",
+                         413)
+    return image
+
+
+def load(image: Image.Image) -> Image.Image:
+    """Decode the pixels of an opened image (the first frame of an animation), upright per its EXIF."""
+    with _decoder_errors():
+        # JPEG: decode at a reduced scale when large, and colour photos as grey (their Y channel, the
+        # luma both preprocessings read) without the chroma work
+        image.draft("L" if image.mode == "RGB" else image.mode, (WORK_SIZE, WORK_SIZE))
+        image.load()
+        return ImageOps.exif_transpose(image)
+
+
+def decode(data: bytes, max_pixels: int) -> Image.Image:
+    """Bytes -> a loaded, upright Pillow image; every failure is an ImageError."""
+    return load(open_image(data, max_pixels))
+
+
+def has_transparency(image: Image.Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info
+
+
+def channels(image: Image.Image) -> tuple[np.ndarray, np.ndarray | None]:
+    """Grey (H, W) and alpha (H, W) or None when fully opaque, float32 in [0, 1].
+
+    Grey, RGB, palette, 1-bit, CMYK and 16-bit grey are all read; images larger than WORK_SIZE are
+    box-reduced first.
+    """
+    if image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer
+        image, scale = image.convert("I"), 65535.0
+    elif has_transparency(image):
+        image, scale = image.convert("RGBA"), 255.0
+    else:
+        image, scale = image.convert("L"), 255.0
+    factor = math.ceil(max(image.size) / WORK_SIZE)
+    if factor > 1:
+        image = image.reduce(factor)
+    x = np.clip(np.asarray(image, dtype=np.float32) / scale, 0.0, 1.0)
+    if x.ndim == 2:
+        return x, None
+    alpha = x[..., 3]
+    return x[..., :3] @ LUMA, (alpha if alpha.min() < 1.0 else None)

@@ -1,0 +1,136 @@
+"""One digit in a picture -> the model's input, as LeCun's MNIST was made (the card's `digit`).
+
+MNIST-style preprocessing follows how LeCun's MNIST was made (http://yann.lecun.com/exdb/mnist/):
+the digit is cropped to its ink, fitted into a 20x20 box keeping its aspect ratio (anti-aliased),
+and pasted into 28x28 so that its centre of mass sits at the centre. Our centre is pixel (14, 14),
+the mean centre of mass of the MNIST test images (13.99, 14.01); like MNIST's the shift is whole
+pixels. The model wants white ink (1.0) on black (0.0) (model/contract.py).
+
+People send photos, scans and canvases, not MNIST, so before that (each step is one function below):
+  1. locate: find the paper and the parts of the ink that make the digit (app/imaging/ink.py).
+  2. normalise: crop the digit from the full picture (at most NORM_BOX px), measure its stroke width
+     at NORM_BOX px (the distance transform on the medial axis) and, when it is outside MNIST's range
+     (contract.STROKE_RANGE), erode or dilate it to MNIST's median, so a marker's loops stay open.
+  3. fit and centre as LeCun did.
+"""
+import math
+
+import numpy as np
+from PIL import Image
+from scipy import ndimage
+
+from app.imaging.decode import ImageError
+from app.imaging.ink import NO_INK, Digit, Paper, ink_map, locate, noise_floor, paper_sigma, source, warnings_of
+from app.imaging.prepared import Prepared
+from model import contract
+
+NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
+MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for the stroke to grow
+
+
+def stroke_width(ink: np.ndarray) -> float:
+    """The median width (px) of the strokes of an ink map: twice the distance transform of the ink
+    mask (ink >= 0.5) on its medial axis (where the distance is a local maximum), the usual
+    estimate (e.g. Blum's medial axis transform); 0 for no ink."""
+    distance = ndimage.distance_transform_edt(ink >= 0.5)
+    axis = (distance > 0) & (distance >= ndimage.maximum_filter(distance, size=3))
+    return 2.0 * float(np.median(distance[axis])) if axis.any() else 0.0
+
+
+def disk(radius: float) -> np.ndarray:
+    r = math.ceil(radius)
+    ys, xs = np.mgrid[-r:r + 1, -r:r + 1]
+    return ys * ys + xs * xs <= radius * radius
+
+
+def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
+    """A digit's ink whose longer side is `side` px rescaled so that it is NORM_BOX px (bicubic)."""
+    scale = NORM_BOX / side
+    size = (max(1, round(ink.shape[1] * scale)), max(1, round(ink.shape[0] * scale)))
+    return np.clip(np.asarray(Image.fromarray(ink).resize(size, Image.Resampling.BICUBIC)), 0.0, 1.0)
+
+
+def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.ndarray:
+    """The digit (its longer side `side` px) with its strokes eroded (a marker) or dilated (a fine pen)
+    by grey morphology with a disk to MNIST's median width, at NORM_BOX px, when they lie outside
+    MNIST's range (contract.STROKE_RANGE); a digit within the range comes back as it was.
+
+    The disk's radius r solves (w -+ 2r) / (S -+ 2r) = median: eroding or dilating also shrinks or
+    grows the digit's box S, which fit_and_centre scales back to its ink box. `share`: one digit's
+    box over the ink's (MNIST's 20 px over a pair's 23), since the widths are fractions of a digit.
+    """
+    x = ink if side == NORM_BOX else at_norm_box(ink, side)
+    width, target = stroke_width(x), contract.STROKE_MEDIAN * share
+    low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
+    radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
+    if width > high:
+        return ndimage.grey_erosion(x, footprint=disk(radius))
+    if 0 < width < low:
+        return ndimage.grey_dilation(x, footprint=disk(radius))
+    return ink
+
+
+def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> tuple[np.ndarray, float]:
+    """The digit's ink cropped from the full picture, in [0, 1] (1 = its strongest strokes), only where
+    the kept parts are (specks and other shapes are gone), and the digit's longer side in its px.
+
+    A digit larger than NORM_BOX is box-reduced to NORM_BOX; a smaller one keeps its pixels, so that
+    an MNIST-like image comes back as it was.
+    """
+    top, left, bottom, right = (side * factor for side in digit.box)
+    side = max(bottom - top, right - left)
+    pad = math.ceil(MARGIN * side) + factor
+    box = (max(0, left - pad), max(0, top - pad), min(picture.width, right + pad), min(picture.height, bottom + pad))
+    scale = min(1.0, NORM_BOX / side)
+    size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
+    x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
+    gate = Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=tuple(c / factor for c in box))
+    gate = ndimage.maximum_filter(np.asarray(gate), size=2 * math.ceil(scale * factor) + 1)
+    r = ink_map(x, paper, box, picture.size)
+    sigma = paper_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
+    a = np.clip(r, 0.0, None)
+    strongest = float(a.max(where=gate, initial=0.0))
+    if strongest == 0.0:
+        raise ImageError(NO_INK)
+    a = np.where(gate & (a >= min(noise_floor(a, sigma), strongest)), a, 0.0)  # the strongest ink stays
+    return (a / strongest).astype(np.float32), side * scale
+
+
+def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int = contract.IMAGE_SIZE) -> np.ndarray:
+    """Ink (H, W) -> (size, size): crop to the ink, fit into box x box keeping aspect (None: keep its
+    scale), centre of mass at the centre (LeCun's MNIST: box 20, size 28, centre (14, 14))."""
+    rows, cols = np.flatnonzero(x.any(axis=1)), np.flatnonzero(x.any(axis=0))
+    x = x[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    scale = 1.0 if box is None else box / max(x.shape)
+    height, width = (max(1, round(side * scale)) for side in x.shape)
+    small = Image.fromarray(x).resize((width, height), Image.Resampling.LANCZOS)
+    small = np.clip(np.asarray(small), 0.0, None)
+    small = np.clip(small / small.max(), 0.0, 1.0)  # LeCun's digits reach full intensity
+    ys, xs = np.indices(small.shape)
+    mass = small.sum()
+    top = int(np.floor(size // 2 - (ys * small).sum() / mass + 0.5))
+    left = int(np.floor(size // 2 - (xs * small).sum() / mass + 0.5))
+    top, left = min(max(top, 0), size - height), min(max(left, 0), size - width)
+    out = np.zeros((size, size), np.float32)
+    out[top:top + height, left:left + width] = small
+    return out
+
+
+def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: str) -> Prepared:
+    """One digit (or an overlapping pair, `what`) found, cropped, its stroke set, fitted into each ink
+    box of `boxes` and centred (candidates when there are several, the first as the image); boxes None:
+    a picture already at the model's scale, its ink only found and centred."""
+    picture, light_ink = source(image)
+    paper, digit, factor = locate(picture, light_ink)
+    ink, side = digit_ink(picture, paper, digit, factor)
+    if boxes is None:
+        return Prepared(fit_and_centre(ink, None, size), warnings_of(digit, what))
+    # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
+    fitted = np.stack([fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box), box, size)
+                       for box in boxes])
+    return Prepared(fitted[0], warnings_of(digit, what), fitted if len(boxes) > 1 else None)
+
+
+def prepare(image: Image.Image, size: int, box: int) -> Prepared:
+    """One digit found, its stroke set, fitted into a box x box ink box and centred in size x size."""
+    return digits(image, (box,), size, "one digit")

@@ -1,0 +1,57 @@
+"""One object on a plain background -> the model's input (the card's `garment`), following how
+Fashion-MNIST was made from product photos (github.com/zalandoresearch/fashion-mnist, "Get the data"):
+trim the plain background, resize the longest edge to the frame, centre, negate, grey levels kept.
+"""
+import numpy as np
+from PIL import Image
+from scipy import ndimage
+
+from app.imaging.decode import ImageError, channels
+from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, MIN_PART, NOISE_FLOOR, median, robust_sigma
+from app.imaging.prepared import Prepared
+
+BORDER = 0.02  # the frame (fraction of the longer side) whose median is the background
+TRIM = 0.05  # what differs from the background by less is trimmed (Fashion-MNIST's 5% distance)
+
+
+def on_white(image: Image.Image) -> np.ndarray:
+    """Grey (H, W) in [0, 1] with transparent pixels on white, as a product cut-out is shown."""
+    grey, alpha = channels(image)
+    return grey if alpha is None else grey * alpha + (1.0 - alpha)
+
+
+def prepare(image: Image.Image, size: int, box: int) -> Prepared:
+    """One object on a plain background, as Fashion-MNIST made its images from product photos: the
+    background (the median of the picture's frame) is trimmed, the object's longest edge resized to
+    `box` (anti-aliased), the other edge extended to `size` around it, and the intensities negated so
+    that the object is light on black; its grey levels are kept (a garment is not ink). A dark
+    background is not negated. What differs from the background by under TRIM (or the frame's noise) is
+    trimmed, and specks (parts with under MIN_PART of the heaviest's weight) are left out."""
+    x = on_white(image)
+    h, w = x.shape
+    m = max(1, round(BORDER * max(h, w)))
+    frame = np.concatenate([x[:m].ravel(), x[-m:].ravel(), x[:, :m].ravel(), x[:, -m:].ravel()])
+    paper = float(median(frame))
+    a = (paper - x) / max(paper, 1e-6) if paper >= 0.5 else (x - paper) / max(1.0 - paper, 1e-6)
+    a = np.clip(a, 0.0, 1.0)
+    flat = ImageError("nothing stands out from the background: the image is one flat colour (or noise); send a "
+                      "photo of one garment on a plain background")
+    if a.max() < MIN_CONTRAST:
+        raise flat
+    floor = max(TRIM, NOISE_FLOOR * robust_sigma(frame - paper))
+    labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
+    if n == 0:  # all of it within the frame's noise of the background: noise, no object
+        raise flat
+    masses = np.bincount(labels.ravel(), a.ravel(), n + 1)[1:]
+    kept = np.flatnonzero(masses >= MIN_PART * masses.max()) + 1
+    rows, cols = np.nonzero(np.isin(labels, kept))
+    a = a[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    scale = box / max(a.shape)
+    height, width = (min(box, max(1, round(side * scale))) for side in a.shape)
+    small = np.clip(np.asarray(Image.fromarray(a).resize((width, height), Image.Resampling.LANCZOS)), 0.0, 1.0)
+    out = np.zeros((size, size), np.float32)
+    top, left = (size - height + 1) // 2, (size - width + 1) // 2  # an odd margin's extra pixel before, as Fashion-MNIST's
+    out[top:top + height, left:left + width] = small
+    notes = [] if a.max() >= LOW_CONTRAST else [
+        f"very low contrast: the object differs from the background by {a.max():.2f} of the full range"]
+    return Prepared(out, notes)

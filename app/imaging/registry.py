@@ -1,0 +1,50 @@
+"""The card's preprocessing name -> the function that turns a decoded picture into the model's input.
+
+A model's card names its preprocessing (model/contract.py's PREPROCESSING, model/card.py); a request may
+ask for none instead (preprocess=none): the picture is already the model's input.
+"""
+from collections.abc import Callable
+
+import numpy as np
+from PIL import Image
+
+from app.imaging import digit, garment, pair
+from app.imaging.decode import ImageError, channels
+from app.imaging.prepared import Prepared
+from model import contract
+
+# name -> prepare(image, size: the model's input side, box: the ink box's longer side in it)
+PREPROCESSINGS: dict[str, Callable[[Image.Image, int, int], Prepared]] = {
+    "digit": digit.prepare,
+    "digit-pair": pair.prepare,
+    "garment": garment.prepare,
+}
+
+
+def as_is(image: Image.Image, size: int) -> Prepared:
+    """The picture itself as the input: it must already be size x size, white on black (transparent
+    pixels count as black)."""
+    if image.size != (size, size):
+        raise ImageError(f"preprocess=none needs a {size}x{size} image; this one is "
+                         f"{image.width}x{image.height} (use preprocess=auto)")
+    grey, alpha = channels(image)
+    return Prepared((grey if alpha is None else grey * alpha).astype(np.float32), [])
+
+
+def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMAGE_SIZE,
+               box: int = contract.INK_BOX) -> Prepared:
+    """A decoded image -> the (size, size) float32 model input and warnings about it.
+
+    Args:
+        kind: a model's preprocessing (contract.PREPROCESSING: digit, digit-pair, garment), or "none":
+            the image must already be the model's size x size picture, white on black (transparent
+            pixels count as black).
+        size: the model's input side (its card's serving.input.size).
+        box: the ink box's longer side in the input (its card's serving.preprocessing.ink_box).
+    """
+    if kind == "none":
+        return as_is(image, size)
+    if kind not in PREPROCESSINGS:
+        raise ValueError(f"no preprocessing is named {kind!r}: a model's card names one of "
+                         f"{', '.join(PREPROCESSINGS)}, and a request may ask for none")
+    return PREPROCESSINGS[kind](image, size, box)
