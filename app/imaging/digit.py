@@ -64,7 +64,8 @@ def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.nda
     low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
     radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
     if width > high:
-        return ndimage.grey_erosion(x, footprint=disk(radius))
+        thinner = ndimage.grey_erosion(x, footprint=disk(radius))
+        return thinner if thinner.any() else ink  # a solid shape no stroke is as wide as: left as it is
     if 0 < width < low:
         return ndimage.grey_dilation(x, footprint=disk(radius))
     return ink

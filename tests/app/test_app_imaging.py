@@ -355,3 +355,15 @@ def test_a_strip_thinner_than_a_block_does_not_crash():
     strip = np.round(np.linspace(0.2, 0.8, 153)[None, :] * np.ones((3, 1)) * 255).astype(np.uint8)
     strip[:, 70:80] = 0
     assert load(png_bytes(strip)).shape == (28, 28)
+
+
+@pytest.mark.parametrize("kind, size, box", [("digit", 28, 20), ("digit-pair", 36, 23)])
+def test_a_solid_block_wider_than_any_stroke_is_fitted_as_it_is(kind, size, box):
+    """An 80 px white square on black: eroding it to MNIST's stroke width left nothing (was an IndexError,
+    a 500); it is now fitted unthinned: a filled box_x_box square at the centre."""
+    block = np.zeros((280, 280), np.uint8)
+    block[100:180, 100:180] = 255
+    x = imaging.preprocess(imaging.decode(png_bytes(block), 10**7), kind, size, box).image
+    rows, cols = np.flatnonzero(x.max(1) > 0.5), np.flatnonzero(x.max(0) > 0.5)
+    assert len(rows) == len(cols) == box and abs(rows.mean() - size / 2) <= 1 and abs(cols.mean() - size / 2) <= 1
+    assert x[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].min() > 0.5  # filled, not an outline
