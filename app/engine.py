@@ -34,28 +34,23 @@ log = logging.getLogger(__name__)
 # left the CPU's by up to 1.2e-3 (reconstruction) and 1.2e-4 (lengths) on an H100; in fp32, 2.1e-6
 # (benchmarks/provider_parity.py, 1,000 test images), at no measurable cost for a model this small.
 PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
-REQUIRED_OUTPUTS = (contract.LENGTHS, contract.CAPSULES, contract.ROUTING, contract.RECONSTRUCTION)
 Outputs = dict[str, np.ndarray]  # contract output name -> array
 
 
-def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray | None, types: int, grid: int) -> np.ndarray:
+def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray, types: int, grid: int) -> np.ndarray:
     """Per-class grid x grid maps of where the routing sent each class's evidence from.
 
     map_j(row, col) = Σ over the primary types t of c_ij · ||u_hat_j|i||, i = t*grid² + row*grid + col
     (contract's capsule index), with c_ij the final coupling coefficients of Procedure 1 and u_hat
-    the prediction vectors of Eq. 2. Without vote lengths (an export older than the contract's
-    `vote_lengths` output) the map is the mean coupling over the types instead.
+    the prediction vectors of Eq. 2.
 
     Args:
         routing: c_ij, (types * grid², classes): (1152, 10) for MNIST's 32 types on a 6x6 grid.
-        vote_lengths: ||u_hat_j|i||, the same shape, or None.
+        vote_lengths: ||u_hat_j|i||, the same shape.
     Returns:
         (classes, grid, grid) float32.
     """
-    if vote_lengths is None:
-        maps = routing.reshape(types, grid, grid, -1).mean(axis=0)  # (grid, grid, classes)
-    else:
-        maps = (routing * vote_lengths).reshape(types, grid, grid, -1).sum(axis=0)
+    maps = (routing * vote_lengths).reshape(types, grid, grid, -1).sum(axis=0)  # (grid, grid, classes)
     return np.ascontiguousarray(maps.transpose(2, 0, 1), dtype=np.float32)
 
 
@@ -132,7 +127,8 @@ class Engine:
         self.capsnet = self._session(self.capsnet_file)
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
-        self.output_names = self._check_contract()
+        self._check_contract()
+        self.output_names = list(contract.CAPSNET_OUTPUTS)
         self.providers = self.capsnet.get_providers()
         log.info("model %s %s (%s) loaded from %s; execution providers in use: %s", name, self.version,
                  self.precision, self.directory / self.capsnet_file, self.providers)
@@ -158,12 +154,7 @@ class Engine:
         """Side of the model's square input (and of its reconstructions)."""
         return self.spec.size
 
-    @property
-    def routing_weighting(self) -> str:
-        """How routing_maps weighs c_ij: by ||u_hat|| when the graph outputs it (see routing_maps)."""
-        return "vote_length" if contract.VOTE_LENGTHS in self.output_names else "coupling"
-
-    def routing_maps(self, routing: np.ndarray, vote_lengths: np.ndarray | None) -> np.ndarray:
+    def routing_maps(self, routing: np.ndarray, vote_lengths: np.ndarray) -> np.ndarray:
         """routing_maps on this model's primary grid: (classes, grid, grid)."""
         primary = self.spec.primary_capsules
         return routing_maps(routing, vote_lengths, primary.types, primary.grid)
@@ -174,14 +165,14 @@ class Engine:
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
-    def _check_contract(self) -> list[str]:
-        """The capsnet outputs to fetch; raises if either graph does not follow model/contract.py with
-        the card's sizes (input size, primary capsules, class capsules)."""
+    def _check_contract(self) -> None:
+        """Raises if either graph does not follow model/contract.py (every output, vote_lengths included)
+        with the card's sizes (input size, primary capsules, class capsules)."""
         spec, n = self.spec, contract.BATCH
         s, p, c, d = spec.size, spec.primary_capsules.count, spec.class_capsules.count, spec.class_capsules.dim
         want = {contract.IMAGE: [1, s, s], contract.LENGTHS: [c], contract.CAPSULES: [c, d],
                 contract.ROUTING: [p, c], contract.RECONSTRUCTION: [s, s], contract.VOTE_LENGTHS: [p, c]}
-        graphs = {"capsnet": (self.capsnet, list(contract.CAPSNET_INPUTS), REQUIRED_OUTPUTS),
+        graphs = {"capsnet": (self.capsnet, list(contract.CAPSNET_INPUTS), contract.CAPSNET_OUTPUTS),
                   "decoder": (self.decoder, list(contract.DECODER_INPUTS), contract.DECODER_OUTPUTS)}
         problems = []
         for graph, (session, inputs, required) in graphs.items():
@@ -197,8 +188,6 @@ class Engine:
         if problems:
             raise ValueError(f"the ONNX files in {self.directory} (model {self.name}) do not match model/contract.py "
                              f"and their card: {'; '.join(problems)}")
-        outputs = [o.name for o in self.capsnet.get_outputs()]
-        return [name for name in contract.CAPSNET_OUTPUTS if name in outputs]
 
     # --- running ---------------------------------------------------------------------------------
     def _run_capsnet(self, images: np.ndarray) -> list[np.ndarray]:

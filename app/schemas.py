@@ -57,9 +57,8 @@ class Routing(BaseModel):
                     "sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
                     "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)")
     maps: vector(C, list[list[float]]) = Field(
-        description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of c_ij·||u_hat_j|i|| "
-                    "(weighting=vote_length) or the mean c_ij over the types (weighting=coupling)")
-    weighting: Literal["vote_length", "coupling"] = Field(description="which formula made the maps")
+        description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of c_ij·||u_hat_j|i||: "
+                    "how much of class j's evidence routing took from each place")
 
 
 class ModelInfo(BaseModel):
@@ -97,7 +96,7 @@ def _predict_example() -> dict:
         "capsules": [[0.0] * D for _ in range(C)],
         "reconstruction": {"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE},
         "routing": {"coefficients": [[0.1] * C for _ in range(P)],
-                    "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)], "weighting": "vote_length"},
+                    "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)]},
         "input": PNG_EXAMPLE,
         "model": {"name": "mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider",
                   "precision": "fp32"},
@@ -224,7 +223,7 @@ class ModelCard(BaseModel):
     model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
         {"name": "capsnet-mnist", "served_as": "mnist", "version": "0f9463a855b3", "test_accuracy": 0.9965,
          "providers": ["CPUExecutionProvider"],
-         "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024}, "routing_maps": "vote_length"}]})
+         "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024}}]})
     name: str
     served_as: str = Field(description="what ?model= calls it here")
     version: str
@@ -232,7 +231,6 @@ class ModelCard(BaseModel):
     precision: Literal["fp32", "int8"] = Field(description="the graph in use: version is its sha256's first 12 "
                                                "hex digits (the card's own for fp32, int8.version for int8)")
     batching: Batching
-    routing_maps: Literal["vote_length", "coupling"]
 
 
 class ErrorMessage(BaseModel):

@@ -29,4 +29,4 @@ async def ready(engines: EnginesDep):
 async def model(engine: EngineDep) -> ModelCard:
     batching = Batching.model_validate(engine.settings, from_attributes=True)
     return ModelCard(**{**engine.card, "served_as": engine.name, "version": engine.version, "providers": engine.providers,
-                        "precision": engine.precision, "routing_maps": engine.routing_weighting, "batching": batching})
+                        "precision": engine.precision, "batching": batching})

@@ -150,8 +150,7 @@ def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engi
     if "routing" in include:
         routing = outputs[contract.ROUTING]
         body["routing"] = {"coefficients": routing,
-                           "maps": engine.routing_maps(routing, outputs.get(contract.VOTE_LENGTHS)),
-                           "weighting": engine.routing_weighting}
+                           "maps": engine.routing_maps(routing, outputs[contract.VOTE_LENGTHS])}
     body["input"] = imaging.png_data_url(prepared.image)
     body["model"] = {"name": engine.name, "version": engine.version, "provider": engine.providers[0],
                      "precision": engine.precision}
