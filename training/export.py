@@ -18,6 +18,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -241,30 +242,50 @@ def describe(model_dir: Path) -> dict:
     return card
 
 
+def export_with_card(model: CapsNet, ckpt: dict, out_dir: Path, parity_images: np.ndarray,
+                     measure: Callable[[Path], tuple[dict | None, dict]], dataset: str | None = None,
+                     **sections) -> dict:
+    """Export a model to out_dir, check parity, measure the exported graph, write its card: the one way
+    every model folder is made (training.export, the experiments, the fine-tune).
+
+    Args:
+        ckpt: the checkpoint the model's weights come from (training/fit.py's: configs, history, provenance).
+        parity_images: (N, S, S) uint8 inputs for check_parity (N >= 64).
+        measure: exported capsnet.onnx -> (its test result, the card's test figures, or None; fields the
+            measurement adds to the card, e.g. a second test set's accuracy).
+        dataset: what the model reads, when not the IDX set it was made from (SERVED's key).
+        sections: fields the caller adds to the card (its metric, its test set in words, its recipe).
+    """
+    capsnet_path, decoder_path = export(model, out_dir)
+    parity = check_parity(model, capsnet_path, decoder_path, parity_images)
+    print(f"exported {capsnet_path} and {decoder_path}; parity max |ORT - PyTorch| = {parity:.2e}")
+    result, measured = measure(capsnet_path)
+    if result:
+        print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
+    card = {**model_card(ckpt, capsnet_path, parity, result, dataset), **measured, **sections}
+    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
 def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: Path | None = None,
-                      evaluate: bool = True, triton: Path | None = None) -> dict:
-    """Export a training checkpoint, check parity, measure the graph on the test set, write the card.
+                      evaluate: bool = True, triton: Path | None = None, **sections) -> dict:
+    """Export a training checkpoint of an IDX dataset's model with its card (export_with_card), measured
+    on the full test set.
 
     Args:
         out_dir: default: the dataset's place in contract.SHIPPED (models/<dataset>/).
         data_dir: the IDX files of the checkpoint's dataset (default data/<dataset>).
         evaluate: measure the full test set on the exported graph (the card's accuracy; else null).
         triton: also write a Triton model repository of the exported models there (tools/triton.py).
+        sections: fields the caller adds to the card.
     """
     model, ckpt = load_checkpoint(checkpoint)
     dataset = ckpt["train_config"]["dataset"]
     out_dir = out_dir or contract.SHIPPED[dataset]
     test = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"]
     images, labels = test.images.numpy(), test.labels.numpy()
-
-    capsnet_path, decoder_path = export(model, out_dir)
-    parity = check_parity(model, capsnet_path, decoder_path, images)
-    print(f"exported {capsnet_path} and {decoder_path}; parity max |ORT - PyTorch| = {parity:.2e}")
-    result = evaluate_onnx(capsnet_path, images, labels) if evaluate else None
-    if result:
-        print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
-    card = model_card(ckpt, capsnet_path, parity, result)
-    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    card = export_with_card(model, ckpt, out_dir, images,
+                            lambda graph: (evaluate_onnx(graph, images, labels) if evaluate else None, {}), **sections)
     if triton:
         from tools.triton import write_repository
         print("Triton model repository:", *write_repository(triton, {card["dataset"]: out_dir}))

@@ -170,9 +170,8 @@ BASE_FACTS = ("version", "test_accuracy", "epochs", "run_epochs", "hardware", "p
               "augmentations")  # what a fine-tuned card keeps of the card it started from
 
 
-def recipe(card: dict) -> str:
-    """The fine-tune's augmentations in words, from its card's train_config and fine_tune sections."""
-    t, f = card["train_config"], card["fine_tune"]
+def recipe(t: dict, f: dict) -> str:
+    """The fine-tune's augmentations in words, from its train_config and fine_tune sections (the card's)."""
     return (f"fine-tuned from {f['base']['version']} ({f['base'].get('augmentations', 'its own recipe')}): "
             f"{f['epoch_images'] * t['epochs']:,} draws, {f['font_share']:.0%} of each batch digits of "
             f"{len(f['fonts'])} training-only fonts (training/fonts.py); the font digits and "
@@ -188,12 +187,11 @@ def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None,
     the card's `fine_tune` section (OUT/finetune.json, α and the facts of the card it started from) and
     `augmentations` (recipe), and its int8 graph (quantize_model, which updates the card)."""
     weights = compact(blend(run_dir, alpha), run_dir / f"export-{alpha:g}.pt")
-    card = export_checkpoint(weights, out_dir, data_dir)
     settings = json.loads((run_dir / SETTINGS).read_text())
     base = json.loads((Path(settings["model_dir"]) / contract.MODEL_CARD).read_text())
-    card["fine_tune"] = {**settings, "blend_alpha": alpha, "base": {k: base[k] for k in BASE_FACTS if k in base}}
-    card["augmentations"] = recipe(card)
-    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    tune = {**settings, "blend_alpha": alpha, "base": {k: base[k] for k in BASE_FACTS if k in base}}
+    _, ckpt = load_checkpoint(weights)
+    export_checkpoint(weights, out_dir, data_dir, fine_tune=tune, augmentations=recipe(ckpt["train_config"], tune))
     quantize_model(out_dir, data_dir)
     return json.loads((out_dir / contract.MODEL_CARD).read_text())
 

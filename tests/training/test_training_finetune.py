@@ -67,7 +67,7 @@ def test_the_served_card_states_its_fine_tune():
     """models/mnist/capsnet.json: the recipe in words from its own settings, and the flagship it started from."""
     card = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     tune, config = card["fine_tune"], card["train_config"]
-    assert card["augmentations"] == recipe(card)
+    assert card["augmentations"] == recipe(card["train_config"], card["fine_tune"])
     assert f"lr {config['lr']:g}" in card["augmentations"] and f"{tune['font_share']:.0%}" in card["augmentations"]
     assert tune["base"]["version"] == tune["source"]["version"] != card["version"]
     assert tune["base"]["test_accuracy"] <= card["test_accuracy"]  # the gate: not below the flagship on MNIST

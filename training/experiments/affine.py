@@ -22,7 +22,6 @@ and exports the CapsNet to models/affine/ (contract.SHIPPED["affine"]) with its 
 measured on the exported graph.
 """
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +36,7 @@ from model.capsnet import CapsNet, CapsNetConfig
 from training import data
 from training.evaluate import evaluate_onnx, load_checkpoint
 from training.experiments import common
-from training.export import check_parity, export, model_card
+from training.export import export_with_card
 from training.fit import Batch, StepOut, Task, fit, hardware
 from training.train import load_splits
 
@@ -217,19 +216,19 @@ def export_shipped(checkpoint: Path, tests: dict[str, torch.Tensor], labels: tor
     translated test digits, measure both test sets on the exported graph and write its card (the
     card's test_accuracy is the affNIST-like set's)."""
     model, ckpt = load_checkpoint(checkpoint)
-    capsnet_path, decoder_path = export(model, out_dir)
     probe = (tests["expanded MNIST"][:64, 0] * 255).round().to(torch.uint8).cpu().numpy()  # check_parity reads uint8
-    parity = check_parity(model, capsnet_path, decoder_path, probe)
     labels = labels.cpu().numpy()
-    results = {name: evaluate_onnx(capsnet_path, x[:, 0].cpu().numpy(), labels) for name, x in tests.items()}
-    card = model_card(ckpt, capsnet_path, parity, results["affNIST-like"], dataset="affine")
-    card.update(metric="accuracy on the affNIST-like test set (test_accuracy) and on expanded MNIST",
-                expanded_mnist_accuracy=results["expanded MNIST"]["accuracy"],
-                test_set=f"the 10,000 MNIST test digits, each centred on 40x40 then one random affine map "
-                         f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
-                         f"translation in the box), seed {test_seed}")
-    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
-    return card
+
+    def measure(graph: Path) -> tuple[dict, dict]:
+        results = {name: evaluate_onnx(graph, x[:, 0].cpu().numpy(), labels) for name, x in tests.items()}
+        return results["affNIST-like"], {"expanded_mnist_accuracy": results["expanded MNIST"]["accuracy"]}
+
+    return export_with_card(
+        model, ckpt, out_dir, probe, measure, dataset="affine",
+        metric="accuracy on the affNIST-like test set (test_accuracy) and on expanded MNIST",
+        test_set=f"the 10,000 MNIST test digits, each centred on 40x40 then one random affine map "
+                 f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
+                 f"translation in the box), seed {test_seed}")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -14,7 +14,6 @@ Writes OUT/best.pt, docs/results/multimnist.json, docs/experiments/multimnist_fi
 exports the best checkpoint to models/multimnist/ (contract.SHIPPED["multimnist"]) with its card.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -26,7 +25,7 @@ from model.capsnet import CapsNet, CapsNetConfig, margin_loss, mask_capsules, on
 from training import data
 from training.config import TrainConfig
 from training.experiments import common
-from training.export import check_parity, export, model_card
+from training.export import export_with_card
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
 from training.train import load_splits
 
@@ -211,18 +210,15 @@ def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed:
 
 
 def export_shipped(model: CapsNet, ckpt: dict, test: data.Split, out_dir: Path, per_digit: int, seed: int) -> dict:
-    """Export to out_dir with the contract's names, check parity on test pairs, write the card."""
-    capsnet_path, decoder_path = export(model, out_dir)
+    """Export to out_dir with its card (export_with_card): parity on test pairs, the both-right metric
+    measured on the exported graph."""
     images = next(iter_pairs(test, 1, seed, 64)).images[:, 0]
     images = (images * 255).round().to(torch.uint8).cpu().numpy()  # check_parity reads uint8 like IDX
-    parity = check_parity(model, capsnet_path, decoder_path, images)
-    result = evaluate_onnx(capsnet_path, test, per_digit, seed)
-    card = model_card(ckpt, capsnet_path, parity, result, dataset="multimnist")
-    card.update(metric="both labels right: the two longest capsules are the two digits' classes",
-                test_set=f"every MNIST test digit overlaid on {per_digit} random digit(s) of another class, "
-                         f"shifts up to {MAX_SHIFT} px, seed {seed}")
-    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
-    return card
+    return export_with_card(
+        model, ckpt, out_dir, images, lambda graph: (evaluate_onnx(graph, test, per_digit, seed), {}),
+        dataset="multimnist", metric="both labels right: the two longest capsules are the two digits' classes",
+        test_set=f"every MNIST test digit overlaid on {per_digit} random digit(s) of another class, "
+                 f"shifts up to {MAX_SHIFT} px, seed {seed}")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
