@@ -1,4 +1,4 @@
-"""CapsNet inference service: FastAPI on ONNX Runtime with dynamic batching (DESIGN.md, "HTTP contract").
+"""CapsNet inference service: FastAPI on ONNX Runtime with dynamic batching (docs/ARCHITECTURE.md).
 
 Never imports torch: the serving path needs onnxruntime, numpy, pillow and fastapi only.
 """

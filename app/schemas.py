@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP contract (DESIGN.md), named by role.
+"""Request and response bodies of the HTTP contract (docs/ARCHITECTURE.md), named by role.
 
 Shapes are in the schemas (min/max lengths) so that the OpenAPI document says them and
 schemathesis checks them; the examples have the real shapes.

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.serve_bench import device, digit_png, write_report
+from benchmarks.harness import MULTIPART, machine, multipart
+from benchmarks.serve_bench import digit_png, write_report
 from model import contract
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -44,11 +45,9 @@ def median_ms(fn, repeats: int = REPEATS) -> float:
 def multipart_ms(body: bytes) -> float:
     """Starlette's multipart parsing of a request carrying `body` as the file field."""
     from starlette.requests import Request
-    boundary = "capsnetprofile"
-    payload = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="digit.png"\r\n'
-               f"Content-Type: image/png\r\n\r\n").encode() + body + f"\r\n--{boundary}--\r\n".encode()
+    payload = multipart(body)
     scope = {"type": "http", "method": "POST", "path": "/predict", "query_string": b"",
-             "headers": [(b"content-type", f"multipart/form-data; boundary={boundary}".encode())]}
+             "headers": [(b"content-type", MULTIPART.encode())]}
 
     async def parse():
         async def receive():
@@ -120,7 +119,7 @@ def profile() -> dict:
     stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)
     engine.close()
     threads = settings.intra_op_threads or os.cpu_count()
-    return {"device": device(), "precision": engine.precision, "graph": engine.capsnet_file,
+    return {"device": machine(), "precision": engine.precision, "graph": engine.capsnet_file,
             "threads": threads, "when": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2),
             "stages_ms": stages, "operators_ms": operators(engine.directory / engine.capsnet_file, threads)}
 

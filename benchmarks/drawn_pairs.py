@@ -21,7 +21,8 @@ import httpx
 import numpy as np
 from PIL import Image, ImageOps
 
-from benchmarks.served_models import RESULTS, accuracy, start_server, test_set
+from benchmarks.harness import start_api
+from benchmarks.served_models import RESULTS, accuracy, test_set
 
 DRAWN = 216  # px: a pair drawn large, 6x the model's 36
 
@@ -56,7 +57,7 @@ def main(argv=None) -> dict:
 
     files, labels = test_set("multimnist", args.data_dir, args.limit)
     drawn = [drawn_large(f) for f in files]
-    server = None if args.url else start_server(args.port)
+    server = None if args.url else start_api(args.port)
     url = args.url or f"http://127.0.0.1:{args.port}"
     try:
         with httpx.Client(base_url=url, timeout=60) as client:

@@ -1,7 +1,7 @@
 """Parity between execution providers: the shipped graph on CUDA (or any provider) against the CPU.
 
 $ python -m benchmarks.provider_parity                                   # CUDAExecutionProvider vs CPU
-$ python -m benchmarks.provider_parity --provider CUDAExecutionProvider --model-dir model --out r.json
+$ python -m benchmarks.provider_parity --provider CUDAExecutionProvider --model-dir models/mnist --out r.json
 
 Runs every output of capsnet.onnx on the 1,000 committed MNIST test images (tests/fixtures) in
 batches of 64 under both providers and reports the largest |difference| per output, whether the

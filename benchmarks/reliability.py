@@ -16,11 +16,7 @@ Writes benchmarks/results/reliability.json. A benchmark, not a test.
 import argparse
 import asyncio
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,16 +24,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.serve_bench import device, digit_png
+from benchmarks.harness import free_port, machine, start_api
+from benchmarks.serve_bench import digit_png
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "reliability.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:
@@ -45,24 +36,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def start_server(port: int) -> subprocess.Popen:
-    env = dict(os.environ, CAPSNET_PORT=str(port), CAPSNET_PROVIDERS="CPUExecutionProvider",
-               CAPSNET_LOG_LEVEL="warning")
-    process = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with status {process.returncode}")
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("the server did not become ready in 120 s")
 
 
 async def fire(url: str, body: bytes, clients: int, total: int | None = None, until: float | None = None):
@@ -115,7 +88,7 @@ def soak(url: str, body: bytes, pid: int, requests: int) -> dict:
 
 def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> dict:
     port = free_port()
-    server = start_server(port)
+    server = start_api(port, {"CAPSNET_PROVIDERS": "CPUExecutionProvider"}, timeout=120)
 
     async def scenario():
         asyncio.get_running_loop().call_later(after_s, server.send_signal, signal.SIGTERM)
@@ -137,10 +110,10 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     body = digit_png()
     port = free_port()
-    server = start_server(port)
+    server = start_api(port, {"CAPSNET_PROVIDERS": "CPUExecutionProvider"}, timeout=120)
     url = f"http://127.0.0.1:{port}"
     try:
-        report = {"device": device(), "when": time.strftime("%Y-%m-%d %H:%M"),
+        report = {"device": machine(), "when": time.strftime("%Y-%m-%d %H:%M"),
                   "load": load(url, body, args.requests, args.clients)}
         print(json.dumps(report["load"]), flush=True)
         report["soak"] = soak(url, body, server.pid, args.soak)

@@ -21,7 +21,6 @@ import csv
 import io
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import MULTIPART, encode, machine, multipart
 from model import contract
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,6 @@ PORT = 8917
 CLIENTS = (1, 8, 64)
 SECONDS = 4.0  # per measurement
 WARMUP_REQUESTS = 20
-BOUNDARY = "capsnet-bench-boundary"
 BARE_REPEATS = (200, 10)  # session.run repeats at batch 1 and at BATCH
 BATCH = 64
 RESULTS = REPO / "benchmarks" / "results"
@@ -102,25 +101,15 @@ def serve(max_batch: int, cores: set[int]) -> None:
 
 
 def digit_png() -> bytes:
-    from PIL import Image
+    """The first MNIST test digit of the fixture, as a PNG (the request every serving benchmark sends)."""
     with np.load(REPO / "tests" / "fixtures" / "mnist_test_1000.npz") as f:
-        image = f["images"][0]
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, "PNG")
-    return buffer.getvalue()
-
-
-def multipart(png: bytes) -> bytes:
-    """The body of a multipart/form-data upload of `png` as the field `file` (what curl -F sends)."""
-    head = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"digit.png\"\r\n"
-            "Content-Type: image/png\r\n\r\n").encode()
-    return head + png + f"\r\n--{BOUNDARY}--\r\n".encode()
+        return encode(f["images"][0])
 
 
 def hey(url: str, body: Path | None, clients: int, seconds: float) -> dict:
     """`clients` concurrent connections posting `body` to `url` (a GET without one) for `seconds` (hey -z),
     every request's time from hey's CSV: p50/p99 and requests/s; any answer but 200 fails the run."""
-    post = ["-m", "POST", "-D", str(body), "-T", f"multipart/form-data; boundary={BOUNDARY}"] if body else []
+    post = ["-m", "POST", "-D", str(body), "-T", MULTIPART] if body else []
     command = ["hey", "-z", f"{seconds}s", "-c", str(clients), *post, "-o", "csv", url]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -146,20 +135,6 @@ def batches_run(base: str) -> int:
     text = get(f"{base}/metrics").decode()
     return int(next((s.value for family in text_string_to_metric_families(text) for s in family.samples
                      if s.name == "capsnet_batch_size_count" and s.labels.get("model") == "mnist"), 0))
-
-
-def device() -> str:
-    """The CPU model (and the GPU's, when nvidia-smi answers)."""
-    cpu, cpuinfo = platform.machine(), Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                    if line.startswith("model name")), cpu)
-    try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        gpu = ""
-    return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"
 
 
 def wait_ready(base: str, process: subprocess.Popen, path: str = "/ready") -> dict:
@@ -313,7 +288,7 @@ def main(argv=None) -> dict:
         rows += bench_template(clients, args.seconds, body, server_cpus)
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
-    report = {"device": device(), "providers": providers, "precision": precision, "load_generator": "hey",
+    report = {"device": machine(), "providers": providers, "precision": precision, "load_generator": "hey",
               "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "when": time.strftime("%Y-%m-%d %H:%M"),
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
               "seconds": args.seconds, "bare_session_run": bare,

@@ -19,33 +19,21 @@ Latency: one client, sequential requests with the full answer (capsules, reconst
 routing), p50 and p90. Writes benchmarks/results/served_models.json and .md. Not a test.
 """
 import argparse
-import io
 import json
 import os
-import platform
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
-from PIL import Image
+
+from benchmarks.harness import encode, machine, start_api
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 CLIENTS = 8
 LATENCY_REQUESTS = 200
-
-
-def png(x: np.ndarray) -> bytes:
-    """(H, W) uint8 or float in [0, 1] -> PNG bytes."""
-    if x.dtype != np.uint8:
-        x = np.round(np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(x).save(buffer, "PNG")
-    return buffer.getvalue()
 
 
 def test_set(name: str, data_dir: Path, limit: int) -> tuple[list[bytes], np.ndarray]:
@@ -66,7 +54,7 @@ def test_set(name: str, data_dir: Path, limit: int) -> tuple[list[bytes], np.nda
         from training.experiments.affine import test_sets
         images = test_sets(test, seed=2017)["affNIST-like"][:limit, 0].numpy()
         labels = test.labels.numpy()[:limit]
-    return [png(x) for x in images], labels
+    return [encode(x) for x in images], labels
 
 
 def right(answer: dict, label: np.ndarray) -> bool:
@@ -102,23 +90,6 @@ def latency(client: httpx.Client, model: str, files: list[bytes]) -> dict:
             "p90_ms": round(float(np.percentile(times, 90)), 1), "include": "capsules,reconstruction,routing"}
 
 
-def start_server(port: int) -> subprocess.Popen:
-    env = {**os.environ, "CAPSNET_PORT": str(port), "CAPSNET_LOG_LEVEL": "warning"}
-    server = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the API stopped during start-up (exit {server.returncode})")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    server.terminate()
-    raise SystemExit("the API was not ready within 180 s")
-
-
 def table(result: dict) -> str:
     lines = [f"Served models through HTTP ({result['device']}, {result['when']}, {CLIENTS} client threads for "
              "accuracy, 1 for latency)", "",
@@ -141,11 +112,10 @@ def main(argv=None) -> dict:
     p.add_argument("--auto-limit", type=int, default=2_000, help="images per model with preprocess=auto")
     p.add_argument("--out", type=Path, default=RESULTS / "served_models")
     args = p.parse_args(argv)
-    from training.fit import cpu_model
 
-    server = None if args.url else start_server(args.port)
+    server = None if args.url else start_api(args.port)
     url = args.url or f"http://127.0.0.1:{args.port}"
-    result = {"device": cpu_model() or platform.processor(), "cores": os.cpu_count(), "url": url,
+    result = {"device": machine(), "cores": os.cpu_count(), "url": url,
               "when": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
     try:
         with httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=CLIENTS)) as client:

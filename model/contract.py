@@ -1,6 +1,6 @@
 """The contract between training and serving: ONNX names, shapes, pixel convention, file names.
 
-This is the one place these names are spelled (DESIGN.md, "ONNX contract"). It imports no torch so
+This is the one place these names are spelled (docs/ARCHITECTURE.md, "Contracts"). It imports no torch so
 that the serving path (app/, frontend/) can read it for free. Like timm's `_cfg`, it also says what
 the model expects as input so nobody has to guess the preprocessing.
 """
@@ -37,7 +37,7 @@ LENGTHS = "lengths"
 CAPSULES = "capsules"
 ROUTING = "routing"
 RECONSTRUCTION = "reconstruction"
-VOTE_LENGTHS = "vote_lengths"  # ||u_hat_j|i||, for the per-class routing maps (not in DESIGN.md's first draft)
+VOTE_LENGTHS = "vote_lengths"  # ||u_hat_j|i||, for the per-class routing maps
 BATCH = "N"
 
 CAPSNET_INPUTS = (IMAGE,)

@@ -1,7 +1,6 @@
 """Shared fixtures: the committed MNIST slice, the repository paths and the real API served on
 loopback (app.main.create_app with the shipped model on CPU, uvicorn in a thread on a free port,
 waited on until /ready). No network beyond 127.0.0.1, no ../shared."""
-import socket
 import threading
 import time
 from pathlib import Path
@@ -10,6 +9,8 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
+
+from benchmarks.harness import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -23,12 +24,6 @@ def mnist_fixture() -> tuple[np.ndarray, np.ndarray]:
 
 
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_ready(url: str, thread: threading.Thread) -> None:

@@ -184,7 +184,7 @@ def sha256(path: Path) -> str:
 
 
 def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | None, dataset: str | None = None) -> dict:
-    """The shipped model's card (DESIGN.md): every figure in it measured here or during training.
+    """A model's card (model/card.py): every figure in it measured here or during training.
 
     Args:
         ckpt: a checkpoint written by training/fit.py (configs, history, provenance).

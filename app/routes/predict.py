@@ -165,11 +165,12 @@ async def predict(
         description="comma list of capsules, reconstruction, routing to return (default: all; empty: none)",
         examples=["capsules,reconstruction,routing"])] = None,
     preprocess: Annotated[Preprocess, Query(
-        description="auto (mnist is its earlier name): the model's own preprocessing (GET /models). digit: find "
-                    "the paper and the ink (photos, scans, canvases), keep the digit's parts, bring its stroke "
-                    "into MNIST's range, fit its ink box, centre of mass at the centre; digit-pair: the same for "
-                    "two overlapping digits; garment: trim the background, fit the frame, negate. none: the image "
-                    "is already the model's input (28x28 or its size), white on black")] = "auto",
+        description="auto (or its earlier name, mnist): the preprocessing the model's card names (GET /models: "
+                    "digit finds the paper and the ink in photos, scans and canvases, keeps the digit's parts, "
+                    "brings its stroke into MNIST's range, fits its ink box and centres its mass; digit-pair does "
+                    "the same for two overlapping digits; garment trims the background, fits the frame and "
+                    "negates). none: the image is already the model's input (28x28 or its size), white on "
+                    "black")] = "auto",
 ) -> Response:
     """Post an image as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
     `{"image": "<base64 or data URL>"}`. Concurrent requests share one batch on the model."""

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.batcher import DynamicBatcher, QueueFullError
-from app_images import png_bytes
+from benchmarks.harness import encode
 
 
 class FakeModel:
@@ -130,14 +130,14 @@ def batch_counts(client) -> tuple[float, float]:
 def test_32_concurrent_requests_share_batches(app, client, digits):
     """Through the real app (ASGI, one event loop): batches > 1 show up in /metrics, answers unchanged."""
     images = [digits[0][i % 20] for i in range(32)]
-    alone = [client.post("/predict", params={"include": ""}, files={"file": ("d.png", png_bytes(x))}).json()
+    alone = [client.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}).json()
              for x in images[:4]]
     before_total, before_multi = batch_counts(client)
 
     async def burst():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:
             return await asyncio.gather(*[
-                ac.post("/predict", params={"include": ""}, files={"file": ("d.png", png_bytes(x))}) for x in images])
+                ac.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}) for x in images])
 
     responses = asyncio.run(burst())
     assert all(r.status_code == 200 for r in responses)
@@ -166,7 +166,7 @@ def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits
         return run(x)
     monkeypatch.setattr(batcher, "run_batch", held)
     monkeypatch.setattr(batcher, "max_queue", 1)
-    body = {"files": {"file": ("d.png", png_bytes(digits[0][0]))}, "params": {"include": ""}}
+    body = {"files": {"file": ("d.png", encode(digits[0][0]))}, "params": {"include": ""}}
 
     async def until(condition):
         for _ in range(1000):  # at most ~10 s
@@ -204,7 +204,7 @@ def test_a_request_past_its_deadline_answers_504_over_http(app, client, digits, 
         return run(x)
     monkeypatch.setattr(batcher, "run_batch", held)
     monkeypatch.setattr(batcher, "deadline", 0.3)
-    body = {"files": {"file": ("d.png", png_bytes(digits[0][0]))}, "params": {"include": ""}}
+    body = {"files": {"file": ("d.png", encode(digits[0][0]))}, "params": {"include": ""}}
 
     async def scenario():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:

@@ -1,20 +1,34 @@
 """Hostile inputs: every one is a 4xx with a sentence in {"detail": ...}, and the server lives on."""
 import base64
 import json
+import struct
+import zlib
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from app.deps import get_engine
-from app_images import png_bomb, png_bytes
+from benchmarks.harness import encode
 
 MB = 1024 * 1024
 DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink
-PNG = png_bytes(DIGIT)
+PNG = encode(DIGIT)
 B64 = base64.b64encode(PNG).decode()
 CAPSULE = [0.1] * 16
-NOISE = png_bytes(np.random.default_rng(0).integers(0, 256, (170, 127), dtype=np.uint8))  # no object, no ink
+NOISE = encode(np.random.default_rng(0).integers(0, 256, (170, 127), dtype=np.uint8))  # no object, no ink
+
+
+def png_bomb(width: int, height: int) -> bytes:
+    """A valid 1-bit black PNG of width x height: megapixels of zeros compress to a small file."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" * (1 + (width + 7) // 8)  # filter byte + packed bits
+    packer = zlib.compressobj(9)
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit greyscale
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
 def upload(data: bytes, name: str = "digit.png", mime: str = "image/png") -> dict:
@@ -37,11 +51,11 @@ class Chunked:
 
 
 def tiff() -> bytes:
-    return png_bytes(DIGIT, "TIFF")
+    return encode(DIGIT, "TIFF")
 
 
 def bigger(shape=(280, 280), value=255) -> bytes:
-    return png_bytes(np.full(shape, value, np.uint8))
+    return encode(np.full(shape, value, np.uint8))
 
 
 # (name, method, path, request kwargs, query params)
@@ -56,7 +70,7 @@ CASES = [
     ("empty file", "POST", "/predict", upload(b""), {}),
     ("truncated PNG", "POST", "/predict", upload(PNG[: len(PNG) // 2]), {}),
     ("PNG header only", "POST", "/predict", upload(PNG[:33]), {}),
-    ("truncated JPEG", "POST", "/predict", upload(png_bytes(DIGIT, "JPEG")[:200], "d.jpg", "image/jpeg"), {}),
+    ("truncated JPEG", "POST", "/predict", upload(encode(DIGIT, "JPEG")[:200], "d.jpg", "image/jpeg"), {}),
     ("corrupt PNG CRC", "POST", "/predict", upload(PNG[:29] + b"\x00\x00\x00\x00" + PNG[33:]), {}),
     ("TIFF (not supported)", "POST", "/predict", upload(tiff(), "d.tiff", "image/tiff"), {}),
     ("SVG", "POST", "/predict", upload(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "d.svg", "image/svg+xml"), {}),
@@ -69,7 +83,7 @@ CASES = [
     ("blank white canvas", "POST", "/predict", upload(bigger()), {}),
     ("uniform noise as a digit", "POST", "/predict", upload(NOISE), {}),
     ("uniform noise as a garment", "POST", "/predict", upload(NOISE), {"model": "fashion-mnist"}),
-    ("blank transparent canvas", "POST", "/predict", upload(png_bytes(Image.new("RGBA", (280, 280)))), {}),
+    ("blank transparent canvas", "POST", "/predict", upload(encode(Image.new("RGBA", (280, 280)))), {}),
     ("preprocess=none on 280x280", "POST", "/predict", upload(bigger(value=0)), {"preprocess": "none"}),
     ("unknown preprocess", "POST", "/predict", upload(PNG), {"preprocess": "fancy"}),
     ("unknown include", "POST", "/predict", upload(PNG), {"include": "capsules,everything"}),

@@ -11,7 +11,7 @@ from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, 
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
 from model import contract
-from app_images import png_bytes
+from benchmarks.harness import encode
 
 MAX_PIXELS = 40_000_000
 
@@ -44,10 +44,10 @@ def canvases(ink: np.ndarray) -> dict[str, bytes]:
     rgba[..., 3] = u8  # black strokes on a transparent layer (the demo's drawing pad)
     dark_theme = np.round(0.2 * 255 + ink * (255 - 0.2 * 255)).astype(np.uint8)  # white on #333333
     return {
-        "light-on-dark": png_bytes(u8),
-        "dark-on-light": png_bytes(Image.fromarray(255 - u8).convert("RGB")),
-        "rgba-transparent": png_bytes(Image.fromarray(rgba, "RGBA")),
-        "dark-theme": png_bytes(Image.fromarray(dark_theme).convert("RGB")),
+        "light-on-dark": encode(u8),
+        "dark-on-light": encode(Image.fromarray(255 - u8).convert("RGB")),
+        "rgba-transparent": encode(Image.fromarray(rgba, "RGBA")),
+        "dark-theme": encode(Image.fromarray(dark_theme).convert("RGB")),
     }
 
 
@@ -58,7 +58,7 @@ def centre_of_mass(x: np.ndarray) -> tuple[float, float]:
 
 def test_mnist_digits_come_back_unchanged(mnist_fixture):
     images = mnist_fixture[0][:100].astype(np.float32) / 255
-    errors = [np.abs(load(png_bytes(np.round(x * 255).astype(np.uint8))) - x).mean() for x in images]
+    errors = [np.abs(load(encode(np.round(x * 255).astype(np.uint8))) - x).mean() for x in images]
     assert np.mean(errors) < 0.01
 
 
@@ -78,7 +78,7 @@ def test_small_digit_in_a_corner_normalises_like_mnist(seven):
 
 def test_jpeg_noise_does_not_move_the_digit(seven):
     ink = drawn_in_corner(seven)
-    jpeg = png_bytes(Image.fromarray(255 - np.round(ink * 255).astype(np.uint8)), "JPEG", quality=70)
+    jpeg = encode(Image.fromarray(255 - np.round(ink * 255).astype(np.uint8)), "JPEG", quality=70)
     out = load(jpeg)
     assert np.corrcoef(out.ravel(), seven.ravel())[0, 1] > 0.85
 
@@ -86,13 +86,13 @@ def test_jpeg_noise_does_not_move_the_digit(seven):
 @pytest.mark.parametrize("fmt,args", [("PNG", {}), ("BMP", {}), ("WEBP", {"lossless": True}), ("GIF", {})])
 def test_formats_decode_alike(seven, fmt, args):
     u8 = np.round(seven * 255).astype(np.uint8)
-    np.testing.assert_allclose(load(png_bytes(u8, fmt, **args), "none"), u8 / 255, atol=1 / 255 + 1e-6)
+    np.testing.assert_allclose(load(encode(u8, fmt, **args), "none"), u8 / 255, atol=1 / 255 + 1e-6)
 
 
 def test_gif_first_frame(seven):
     first = Image.fromarray(np.round(seven * 255).astype(np.uint8))
     second = Image.fromarray(np.zeros((28, 28), np.uint8))
-    data = png_bytes(first, "GIF", save_all=True, append_images=[second], duration=100)
+    data = encode(first, "GIF", save_all=True, append_images=[second], duration=100)
     np.testing.assert_allclose(load(data, "none"), np.round(seven * 255) / 255, atol=1e-6)
 
 
@@ -106,7 +106,7 @@ def test_modes(seven, mode):
     else:
         image = Image.fromarray(u8).convert(mode)
     fmt = "JPEG" if mode == "CMYK" else "PNG"
-    out = load(png_bytes(image, fmt, **({"quality": 100} if fmt == "JPEG" else {})), "none")
+    out = load(encode(image, fmt, **({"quality": 100} if fmt == "JPEG" else {})), "none")
     np.testing.assert_allclose(out, u8 / 255, atol=0.1 if fmt == "JPEG" else 1e-6)
 
 
@@ -114,9 +114,9 @@ def test_palette_transparency_is_ink(seven):
     u8 = np.where(seven > 0.5, 1, 0).astype(np.uint8)
     image = Image.fromarray(u8, "P")
     image.putpalette([255, 255, 255, 0, 0, 0])  # index 0 transparent white, 1 black ink
-    data = png_bytes(image, transparency=0)
+    data = encode(image, transparency=0)
     out = load(data)
-    reference = load(png_bytes(u8 * 255))
+    reference = load(encode(u8 * 255))
     np.testing.assert_allclose(out, reference, atol=1e-6)
 
 
@@ -125,13 +125,13 @@ def test_exif_orientation_is_applied(seven):
     exif = Image.Exif()
     exif[0x0112] = 6  # the camera was turned: rotate 90° clockwise to display
     stored = Image.fromarray(np.rot90(u8, 1).copy())  # what such a camera stores (rotated 90° counter-clockwise)
-    out = load(png_bytes(stored, exif=exif), "none")
+    out = load(encode(stored, exif=exif), "none")
     np.testing.assert_allclose(out, u8 / 255, atol=1e-6)
 
 
 def test_none_needs_28x28():
     with pytest.raises(ImageError, match="28x28"):
-        load(png_bytes(np.zeros((280, 280), np.uint8)), "none")
+        load(encode(np.zeros((280, 280), np.uint8)), "none")
 
 
 def test_every_preprocessing_a_card_names_has_its_function():
@@ -152,12 +152,12 @@ def test_an_unknown_preprocessing_is_refused_in_words():
 ])
 def test_empty_canvas_has_no_ink(image):
     with pytest.raises(ImageError, match="no ink") as info:
-        load(png_bytes(image))
+        load(encode(image))
     assert info.value.status_code == 422
 
 
 def test_pixel_limit_from_the_header():
-    data = png_bytes(Image.new("1", (3000, 3000)))
+    data = encode(Image.new("1", (3000, 3000)))
     with pytest.raises(ImageError, match="pixels") as info:
         imaging.decode(data, max_pixels=1_000_000)
     assert info.value.status_code == 413
@@ -170,7 +170,7 @@ def test_bad_base64(text):
 
 
 def test_base64_and_data_url_agree(seven):
-    data = png_bytes(np.round(seven * 255).astype(np.uint8))
+    data = encode(np.round(seven * 255).astype(np.uint8))
     encoded = base64.b64encode(data).decode()
     assert imaging.from_base64(encoded) == data
     assert imaging.from_base64("data:image/png;base64," + encoded[:40] + "\n" + encoded[40:]) == data
@@ -191,7 +191,7 @@ def photographed(ink: np.ndarray, seed: int = 0, contrast: float = 0.55) -> byte
     ramp = np.linspace(-0.125, 0.125, w, dtype=np.float32)[None, :]
     paper = 0.75 + ramp + np.zeros((h, 1), np.float32)
     grey = paper - contrast * ink + rng.normal(0, 0.04, (h, w))
-    return png_bytes(Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)), "JPEG", quality=60)
+    return encode(Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)), "JPEG", quality=60)
 
 
 def test_a_photo_of_a_digit_on_paper_is_found(seven):
@@ -207,8 +207,8 @@ def test_specks_far_from_the_digit_are_dropped(seven):
     dusty = ink.copy()
     for y, x in [(10, 10), (380, 30), (20, 370), (390, 390)]:
         dusty[y:y + 4, x:x + 4] = 1.0
-    clean = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
-    speckled = imaging.preprocess(imaging.decode(png_bytes(np.round(dusty * 255).astype(np.uint8)), MAX_PIXELS), "digit")
+    clean = imaging.preprocess(imaging.decode(encode(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
+    speckled = imaging.preprocess(imaging.decode(encode(np.round(dusty * 255).astype(np.uint8)), MAX_PIXELS), "digit")
     np.testing.assert_allclose(speckled.image, clean.image, atol=1e-6)
     assert speckled.warnings == clean.warnings == []
 
@@ -216,7 +216,7 @@ def test_specks_far_from_the_digit_are_dropped(seven):
 def test_a_second_shape_is_left_out_with_a_warning(seven):
     ink = drawn_in_corner(seven, canvas=600, height=150, at=(200, 40))
     ink[200:350, 500:520] = 1.0  # a bar far to the right, as heavy as a stroke of the digit
-    out = imaging.preprocess(imaging.decode(png_bytes(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
+    out = imaging.preprocess(imaging.decode(encode(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
     assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.9
     assert any("other shape" in w for w in out.warnings)
 
@@ -239,7 +239,7 @@ def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
     rows, cols = np.flatnonzero(thinned.max(1) >= 0.5), np.flatnonzero(thinned.max(0) >= 0.5)
     new_side = max(rows[-1] - rows[0], cols[-1] - cols[0]) + 1
     assert stroke_width(thinned) / new_side == pytest.approx(contract.STROKE_MEDIAN, abs=0.03)
-    out = load(png_bytes(np.round(marker * 255).astype(np.uint8)))
+    out = load(encode(np.round(marker * 255).astype(np.uint8)))
     assert (out > 0.5).sum() < 0.8 * (fit_and_centre(ink) > 0.5).sum()
 
 
@@ -296,7 +296,7 @@ def read_all(client, digits, make, dark_ink: bool, method=None) -> list[int]:
         ink = make(image.astype(np.float32) / 255, *([method] if method else []))
         u8 = np.round(ink * 255).astype(np.uint8)
         r = client.post("/predict", params={"include": ""},
-                        files={"file": ("digit.png", png_bytes(255 - u8 if dark_ink else u8))})
+                        files={"file": ("digit.png", encode(255 - u8 if dark_ink else u8))})
         answers.append(r.json()["prediction"] if r.status_code == 200 else -1)
     return answers
 
@@ -345,7 +345,7 @@ def test_blank_noisy_unevenly_lit_paper_is_refused(size, fmt):
     rng = np.random.default_rng(0)
     h, w = size
     grey = 0.7 + 0.3 * (np.arange(w)[None, :] / w - 0.5) + rng.normal(0, 0.04, (h, w))
-    data = png_bytes(Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)), fmt)
+    data = encode(Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)), fmt)
     with pytest.raises(ImageError, match="no ink"):
         load(data)
 
@@ -354,7 +354,7 @@ def test_a_strip_thinner_than_a_block_does_not_crash():
     """A 3x153 picture with a gradient: fit_surface's 16 blocks across are taller than it (was an IndexError)."""
     strip = np.round(np.linspace(0.2, 0.8, 153)[None, :] * np.ones((3, 1)) * 255).astype(np.uint8)
     strip[:, 70:80] = 0
-    assert load(png_bytes(strip)).shape == (28, 28)
+    assert load(encode(strip)).shape == (28, 28)
 
 
 @pytest.mark.parametrize("kind, size, box", [("digit", 28, 20), ("digit-pair", 36, 23)])
@@ -363,7 +363,7 @@ def test_a_solid_block_wider_than_any_stroke_is_fitted_as_it_is(kind, size, box)
     a 500); it is now fitted unthinned: a filled box_x_box square at the centre."""
     block = np.zeros((280, 280), np.uint8)
     block[100:180, 100:180] = 255
-    x = imaging.preprocess(imaging.decode(png_bytes(block), 10**7), kind, size, box).image
+    x = imaging.preprocess(imaging.decode(encode(block), 10**7), kind, size, box).image
     rows, cols = np.flatnonzero(x.max(1) > 0.5), np.flatnonzero(x.max(0) > 0.5)
     assert len(rows) == len(cols) == box and abs(rows.mean() - size / 2) <= 1 and abs(cols.mean() - size / 2) <= 1
     assert x[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].min() > 0.5  # filled, not an outline

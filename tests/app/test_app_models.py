@@ -12,7 +12,7 @@ from PIL import Image
 
 from app import imaging
 from app.imaging.render import OVERLAY_INPUT
-from app_images import png_bytes
+from benchmarks.harness import encode
 from model import contract
 from tests.conftest import FIXTURES
 
@@ -57,7 +57,7 @@ def inputs_of(name: str, mnist_fixture, fashion, n: int = 12) -> tuple[np.ndarra
 
 
 def predict(client, image: np.ndarray, **params) -> dict:
-    r = client.post("/predict", params=params, files={"file": ("x.png", png_bytes(image), "image/png")})
+    r = client.post("/predict", params=params, files={"file": ("x.png", encode(image), "image/png")})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -212,7 +212,7 @@ def product_photo(garment: np.ndarray, rng: np.random.Generator) -> bytes:
     canvas[60:340, 60:340] = big
     light = 0.85 + 0.1 * np.mgrid[0:400, 0:400][1] / 400
     photo = np.clip(canvas * light + rng.normal(0, 0.02, canvas.shape), 0, 1)
-    return png_bytes(np.uint8(np.round(photo * 255)), "JPEG", quality=85)
+    return encode(np.uint8(np.round(photo * 255)), "JPEG", quality=85)
 
 
 def test_garment_photos_read_as_the_dataset_reads(client, fashion):

@@ -11,7 +11,7 @@ from PIL import Image
 from app.engine import routing_maps
 from app.routes.predict import doubts
 from app.imaging import from_base64
-from app_images import png_bytes
+from benchmarks.harness import encode
 from model import contract
 
 FULL = {"prediction", "label", "probabilities", "runner_up", "warnings", "capsules", "reconstruction", "routing", "input",
@@ -19,7 +19,7 @@ FULL = {"prediction", "label", "probabilities", "runner_up", "warnings", "capsul
 
 
 def post_png(client, image: np.ndarray, **params):
-    return client.post("/predict", params=params, files={"file": ("digit.png", png_bytes(image), "image/png")})
+    return client.post("/predict", params=params, files={"file": ("digit.png", encode(image), "image/png")})
 
 
 def decoded_png(url: str) -> np.ndarray:
@@ -92,7 +92,7 @@ def test_include_trims_the_response(client, digits, include, expected):
 
 
 def test_json_and_multipart_agree(client, digits):
-    data = png_bytes(digits[0][2])
+    data = encode(digits[0][2])
     multipart = client.post("/predict", files={"file": ("d.png", data, "image/png")}).json()
     plain = client.post("/predict", json={"image": base64.b64encode(data).decode()}).json()
     url = client.post("/predict", json={"image": "data:image/png;base64," + base64.b64encode(data).decode()}).json()

@@ -10,7 +10,7 @@ from app.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
-NOT_PASSED = {"host", "port", "model_dir"}  # fixed by the image
+NOT_PASSED = {"host", "port"}  # fixed by the image
 
 
 def demo_settings_fields() -> list[str]:

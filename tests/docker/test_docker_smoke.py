@@ -14,22 +14,20 @@ What it does, in order (module-scoped fixtures, so one engine, one build and one
    fixture digit, and GET / of the demo.
 5. `docker compose down`: no container of the project is left.
 """
-import io
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.harness import MULTIPART, encode, free_port, multipart
 from model import contract
 
 pytestmark = pytest.mark.docker
@@ -64,12 +62,6 @@ def run(cmd, env, timeout=120, check=True, log: Path | None = None) -> subproces
 
 def compose(*args, files=COMPOSE_FILES):
     return ["docker", "compose", "-p", PROJECT, *(a for f in files for a in ("-f", f)), *args]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tool(name: str) -> str:
@@ -197,19 +189,9 @@ def test_images_build_lean_and_non_root(engine, images):
     assert got == f"False ['frontend', 'model'] {contract_files}", got
 
 
-def _png(image: np.ndarray) -> bytes:
-    from PIL import Image
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _post_file(url: str, filename: str, payload: bytes) -> dict:
-    boundary = uuid.uuid4().hex
-    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-            f"Content-Type: image/png\r\n\r\n").encode() + payload + f"\r\n--{boundary}--\r\n".encode()
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    request = urllib.request.Request(url, data=multipart(payload, filename), method="POST",
+                                     headers={"Content-Type": MULTIPART})
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
         return json.load(response)
@@ -226,7 +208,7 @@ def test_predict_from_the_host_gets_the_digit(stack, mnist_fixture):
         graph = contract.CAPSNET_INT8_ONNX if json.load(response)["precision"] == "int8" else contract.CAPSNET_ONNX
     session = ort.InferenceSession(str(contract.SHIPPED["mnist"] / graph), providers=["CPUExecutionProvider"])
     for i in range(3):
-        got = _post_file(f"{base}/predict?preprocess=none&include=capsules", f"digit{i}.png", _png(images[i]))
+        got = _post_file(f"{base}/predict?preprocess=none&include=capsules", f"digit{i}.png", encode(images[i]))
         (lengths,) = session.run([contract.LENGTHS], {contract.IMAGE: images[i][None, None].astype(np.float32) / 255})
         assert got["prediction"] == int(lengths[0].argmax())
         np.testing.assert_allclose(got["probabilities"], lengths[0], atol=1e-4)

@@ -72,7 +72,6 @@ def test_both_right_is_the_papers_metric():
 
 
 def test_36x36_capsnet_matches_the_multimnist_contract(split):
-    shipped = contract.SHIPPED["multimnist"]
     model = CapsNet(CapsNetConfig(image_size=contract.MULTIMNIST_SIZE)).eval()
     assert model.config.num_primary == 32 * 10 * 10
     p = pairs(split, 0, n=3)
