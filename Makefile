@@ -7,7 +7,7 @@ EPOCHS  ?= 10
 API_PORT ?= 8000
 DEMO_PORT ?= 7860
 
-.PHONY: install test demo serve train export fetch bench docker-smoke clean
+.PHONY: install lint test demo serve train export fetch bench docker-smoke clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(BIN)/python:
 	$(BIN)/pip install -q -e '.[serve,train,demo,dev]'
 
 install: $(BIN)/python
+
+lint: $(BIN)/python            ## ruff (lint, then format --check) and mypy: what .ci/run and pre-commit run
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: $(BIN)/python            ## run the test suite (what .ci/run runs; the containers: make docker-smoke)
 	$(BIN)/python -m pytest -q -m "not docker"
