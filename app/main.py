@@ -4,6 +4,7 @@ $ python -m app                       # uvicorn on CAPSNET_HOST:CAPSNET_PORT (12
 $ curl -F file=@digit.png localhost:8000/predict
 """
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -38,6 +39,20 @@ async def lifespan(app: FastAPI):
         engines.close()
 
 
+def openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with an infer operation per served graph once the lifespan has loaded the models
+    (each graph's input says what its infer takes: inference_protocol.document_infer); kept from then on."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = FastAPI.openapi(app)  # keeps it in app.openapi_schema
+    engines = getattr(app.state, "engines", None)
+    if engines is None:  # before the lifespan: no models yet, so a document not to keep
+        app.openapi_schema = None
+    else:
+        inference_protocol.document_infer(schema, engines, app.state.settings.max_body_bytes)
+    return schema
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app on settings. Its lifespan starts app.state.preloaded when set (`python -m app` loads and
     warms every model up before serving), else it loads them and warms them up in the background."""
@@ -53,4 +68,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["*"], expose_headers=[REQUEST_ID])
     for module in (predict, reconstruct, models, health, inference_protocol):
         app.include_router(module.router)
+    app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document
     return app

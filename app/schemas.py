@@ -235,3 +235,61 @@ class ModelCard(BaseModel):
 
 class ErrorMessage(BaseModel):
     detail: str = Field(examples=["the file is not a PNG, JPEG, BMP, GIF or WebP image"])
+
+
+# --- /v2/models/NAME/infer (the Open Inference Protocol) ----------------------------------------------
+# Each served graph takes its own tensor (GET /v2/models/NAME says which), so each has its own request
+# schema, made from the graph's input when the models are loaded (app/routes/inference_protocol.py
+# documents one infer operation per graph); the response is the same for all.
+def infer_request_schema(tensor: str, dims: list[int], low: float, high: float, rows: int,
+                         outputs: list[str]) -> dict:
+    """The JSON request of one graph's infer, as a JSON Schema: its one input `tensor` of shape
+    [rows, *dims], `data` nested as the shape with numbers in [low, high], and which of `outputs` to return.
+
+    NOTE JSON Schema cannot say that shape[0] is the number of rows in `data`; the description says it.
+    """
+    value = {"type": "number", "minimum": low, "maximum": high}
+    for d in reversed(dims):
+        value = {"type": "array", "items": value, "minItems": d, "maxItems": d}
+    shape = {"type": "array", "prefixItems": [{"type": "integer", "minimum": 1, "maximum": rows}]
+             + [{"const": d} for d in dims], "items": False, "minItems": len(dims) + 1,
+             "description": f"[rows, {', '.join(map(str, dims))}]: rows is the number of rows in data, 1 to {rows}"}
+    data = {"type": "array", "items": value, "minItems": 1, "maxItems": rows,
+            "description": f"the tensor nested as its shape (or flat, row-major, as tritonclient sends it), numbers "
+                           f"in [{low:g}, {high:g}]"}
+    parameters = {"type": "object", "properties": {"binary_data_size": False},
+                  "description": "binary_data_size belongs to the binary form (application/octet-stream)"}
+    tensor_schema = {"type": "object", "required": ["name", "datatype", "shape", "data"], "properties": {
+        "name": {"const": tensor}, "datatype": {"const": "FP32"}, "shape": shape, "data": data,
+        "parameters": parameters}}
+    output = {"type": "object", "required": ["name"], "properties": {
+        "name": {"enum": outputs},
+        "parameters": {"type": "object", "properties": {"binary_data": {
+            "type": "boolean", "description": "return this output as bytes after the JSON response"}}}}}
+    return {
+        "title": f"InferRequest[{tensor}]", "type": "object", "required": ["inputs"], "properties": {
+            "id": {"type": "string", "description": "returned as the response's id"},
+            "parameters": {"type": "object", "properties": {"binary_data_output": {
+                "type": "boolean", "description": "every output as bytes after the JSON response, unless an "
+                                                  "output says otherwise"}}},
+            "inputs": {"type": "array", "items": tensor_schema, "minItems": 1, "maxItems": 1},
+            "outputs": {"type": "array", "items": output,
+                        "description": f"the outputs to return (default: all of {', '.join(outputs)}, as JSON)"}}}
+
+
+class InferOutput(BaseModel):
+    name: str = Field(description="one of the graph's outputs (GET /v2/models/NAME)", examples=["lengths"])
+    datatype: Literal["FP32"]
+    shape: list[int] = Field(examples=[[1, C]])
+    data: list[float] | None = Field(None, description="the tensor's values, flat, row-major (a JSON output)")
+    parameters: dict[str, int] | None = Field(None, description="a binary output: {\"binary_data_size\": its bytes "
+                                                                "in the body after the JSON response}")
+
+
+class InferResponse(BaseModel):
+    """The outputs asked for, in order; binary ones follow the JSON in the body (application/octet-stream,
+    the JSON's length in Inference-Header-Content-Length)."""
+    model_name: str = Field(examples=["mnist"])
+    model_version: str = Field(description="first 12 hex digits of the graph's sha256", examples=["969925246d42"])
+    id: str | None = Field(None, description="the request's id, when it sent one")
+    outputs: list[InferOutput]

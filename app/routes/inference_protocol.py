@@ -10,10 +10,15 @@ Requests and responses are JSON, or JSON followed by raw little-endian tensor by
 binary tensor data extension, what tritonclient sends by default): the header
 `Inference-Header-Content-Length` gives the JSON part's length, an input's
 `parameters.binary_data_size` its byte count, and an output asked for with `parameters.binary_data`
-comes back the same way. Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an
-unknown model, 503 while not ready or when the queue is full, 504 past the request deadline.
+comes back the same way. A body sent as `Content-Type: application/json` is the JSON request alone.
+Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an unknown model, 503 while not
+ready or when the queue is full, 504 past the request deadline.
+
+The OpenAPI document has one infer operation per served graph, with that graph's own request schema
+(`document_infer`): every request it describes is one the route takes.
 """
 import math
+import re
 
 import numpy as np
 import orjson
@@ -21,16 +26,25 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from app import VERSION
 from app.batcher import DeadlineError, QueueFullError
 from app.deps import EnginesDep
 from app.engine import Engine, Engines
+from app.schemas import CAPSULE_LIMIT, ErrorMessage, InferResponse, infer_request_schema
+from model import contract
 
-router = APIRouter(prefix="/v2", tags=["open inference protocol (v2)"])
+TAG = "open inference protocol (v2)"
+router = APIRouter(prefix="/v2", tags=[TAG])
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ROWS = 1024  # images or capsule sets in one infer request
+# What the graphs' inputs may hold: pixels as the contract says, capsules as /reconstruct takes them
+VALUE_RANGE = {contract.IMAGE: contract.PIXEL_RANGE, contract.CAPSULES: (-CAPSULE_LIMIT, CAPSULE_LIMIT)}
+# The documented rows per request also fit the body limit (CAPSNET_MAX_BODY_BYTES): a JSON number takes
+# up to 25 bytes with its separator ("1.2345678901234567e-05, "), a binary one 4; 64 KiB for the rest
+JSON_NUMBER_BYTES, BODY_SLACK = 25, 64 * 1024
 SERVER = {"name": "capsnet-service", "version": VERSION, "extensions": ["binary_tensor_data"]}
 
 
@@ -123,21 +137,53 @@ def check_version(engine: Engine, version: str | None) -> None:
 
 # --- inference ---------------------------------------------------------------------------------------
 
-def split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
-    """The JSON request and the binary tensor data after it (empty without the extension)."""
-    try:
-        size = len(body) if header_length is None else int(header_length)
-    except ValueError:
-        raise ProtocolError(f"{HEADER_LENGTH} must be a byte count, got {header_length!r}") from None
-    if not 0 < size <= len(body):
-        raise ProtocolError(f"{HEADER_LENGTH} is {size} but the body has {len(body)} bytes")
+def is_json(content_type: str | None) -> bool:
+    return (content_type or "").split(";")[0].strip().lower() == "application/json"
+
+
+def split_body(body: bytes, content_type: str | None, header_length: str | None) -> tuple[dict, bytes]:
+    """The JSON request and the binary tensor data after it. A body sent as application/json is the JSON
+    request alone; any other (the extension's application/octet-stream, or none, as tritonclient sends)
+    starts with Inference-Header-Content-Length bytes of JSON, or is all JSON without the header."""
+    if not body:
+        raise ProtocolError("the request has no body; send the JSON inference request, {\"inputs\": [...]}")
+    if header_length is None or is_json(content_type):
+        size = len(body)
+    elif not re.fullmatch(r"[0-9]+", header_length.strip()):
+        raise ProtocolError(f"{HEADER_LENGTH} must be the JSON request's length in bytes, got {header_length!r}")
+    else:
+        size = int(header_length)
+        if size == 0:
+            raise ProtocolError(f"{HEADER_LENGTH} is 0, but the body must start with the JSON request; send its "
+                                "length in bytes, or leave the header out when the whole body is JSON")
+        if size > len(body):
+            raise ProtocolError(f"{HEADER_LENGTH} says the JSON request is {size} bytes, but the whole body "
+                                f"is {len(body)}")
     try:
         request = orjson.loads(body[:size])
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"the request is not valid JSON: {exc}") from None
     if not isinstance(request, dict):
         raise ProtocolError("the request must be a JSON object with an `inputs` list")
+    if not isinstance(request.get("id", ""), str):
+        raise ProtocolError(f"`id` must be a string, got {request['id']!r}")
     return request, body[size:]
+
+
+def parameters_of(entry: dict, where: str) -> dict:
+    """The `parameters` object of the request, an input or an output ({} when not given)."""
+    parameters = entry.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise ProtocolError(f"the `parameters` of {where} must be a JSON object, got {parameters!r}")
+    return parameters
+
+
+def flag(entry: dict, name: str, where: str, default: bool = False) -> bool:
+    """One of the extension's boolean parameters of entry (binary_data_output, binary_data)."""
+    value = parameters_of(entry, where).get(name, default)
+    if not isinstance(value, bool):
+        raise ProtocolError(f"parameters.{name} of {where} must be true or false, got {value!r}")
+    return value
 
 
 def read_input(request: dict, session, binary: bytes) -> np.ndarray:
@@ -153,46 +199,61 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
         raise ProtocolError(f"input {expected.name} must be FP32, got {tensor.get('datatype')!r}")
     shape = tensor.get("shape")
     want = tensor_metadata(expected)["shape"]
-    if (not isinstance(shape, list) or len(shape) != len(want) or not all(isinstance(d, int) for d in shape)
+    if isinstance(shape, list) and all((isinstance(d, float) and d.is_integer()) or type(d) is int for d in shape):
+        shape = [int(d) for d in shape]  # JSON's 28.0 is the integer 28
+    if (not isinstance(shape, list) or len(shape) != len(want) or not all(type(d) is int for d in shape)
             or any(w not in (-1, d) for w, d in zip(want, shape)) or not 1 <= shape[0] <= MAX_ROWS):
         raise ProtocolError(f"input {expected.name} has shape {shape}; the model takes {want} "
                             f"with 1 to {MAX_ROWS} rows")
     count = math.prod(shape)
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    size = parameters_of(tensor, f"input {expected.name}").get("binary_data_size")
     if size is not None:
-        if size != 4 * count or len(binary) != size:
-            raise ProtocolError(f"input {expected.name}: binary_data_size {size} does not match shape {shape} "
-                                f"({4 * count} bytes) and the {len(binary)} bytes sent")
+        if type(size) is not int or size != 4 * count:
+            raise ProtocolError(f"input {expected.name}: binary_data_size is {size!r}, but shape {shape} holds "
+                                f"{count} FP32 values, {4 * count} bytes")
+        if len(binary) != size:
+            raise ProtocolError(f"input {expected.name}: binary_data_size is {size}, but {len(binary)} bytes follow "
+                                f"the JSON request (its length goes in {HEADER_LENGTH}, and not with "
+                                "Content-Type: application/json)")
         array = np.frombuffer(binary, dtype="<f4")
     else:
+        if binary:
+            raise ProtocolError(f"{len(binary)} bytes follow the JSON request, but input {expected.name} has no "
+                                "parameters.binary_data_size; send its values as `data`, or say their size")
         try:
             array = np.asarray(tensor.get("data"), dtype=np.float32).reshape(-1)
-        except (TypeError, ValueError):
-            raise ProtocolError(f"input {expected.name}: `data` must be a (nested) list of numbers") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ProtocolError(f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} "
+                                "or flat") from None
         if array.size != count:
             raise ProtocolError(f"input {expected.name}: `data` has {array.size} values, shape {shape} needs {count}")
+    low, high = VALUE_RANGE.get(expected.name, (-np.inf, np.inf))
     if not np.isfinite(array).all():
         raise ProtocolError(f"input {expected.name} holds NaN or infinite values")
+    if array.size and not low <= array.min() <= array.max() <= high:
+        raise ProtocolError(f"input {expected.name} holds values from {array.min():g} to {array.max():g}; "
+                            f"the model takes {low:g} to {high:g}")
     return array.reshape(shape).astype(np.float32, copy=False)
 
 
 def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]:
-    """(output name, as binary) pairs to return: those asked for, else all of the graph's as JSON."""
+    """(output name, as binary) pairs to return: those asked for, else all of the graph's. An output is
+    binary when its binary_data says so, else when the request's binary_data_output does."""
     asked = request.get("outputs")
+    binary = flag(request, "binary_data_output", "the request")
     if asked is None:
-        binary = bool((request.get("parameters") or {}).get("binary_data_output", False))
         return [(name, binary) for name in names]
     if not isinstance(asked, list) or not all(isinstance(o, dict) for o in asked):
         raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects")
     unknown = [o.get("name") for o in asked if o.get("name") not in names]
     if unknown:
         raise ProtocolError(f"unknown output(s) {unknown}; the model's outputs are {', '.join(names)}")
-    return [(o["name"], bool((o.get("parameters") or {}).get("binary_data", False))) for o in asked]
+    return [(o["name"], flag(o, "binary_data", f"output {o['name']}", binary)) for o in asked]
 
 
-def parse(raw: bytes, header_length: str | None, session, names: list[str]):
+def parse(raw: bytes, content_type: str | None, header_length: str | None, session, names: list[str]):
     """The request, its input tensor and the outputs to return (CPU work: run off the event loop)."""
-    body, binary = split_body(raw, header_length)
+    body, binary = split_body(raw, content_type, header_length)
     return body, read_input(body, session, binary), requested_outputs(body, names)
 
 
@@ -218,7 +279,7 @@ def answer(name: str, version: str, body: dict, results: dict, wanted: list[tupl
                     headers={HEADER_LENGTH: str(len(header))})
 
 
-@router.post("/models/{name}/infer", summary="Run a model on raw tensors", responses=documented(400, 404, 503, 504))
+@router.post("/models/{name}/infer", include_in_schema=False)  # documented per graph: document_infer
 @router.post("/models/{name}/versions/{version}/infer", include_in_schema=False)
 async def infer(name: str, request: Request, engines: EnginesDep, version: str | None = None):
     try:
@@ -226,8 +287,9 @@ async def infer(name: str, request: Request, engines: EnginesDep, version: str |
         check_version(engine, version)
         if not engine.ready:
             raise ProtocolError(f"not ready: {engine.state}", 503)
-        body, x, wanted = await run_in_threadpool(parse, await request.body(), request.headers.get(HEADER_LENGTH),
-                                                  session, engine.outputs_of(session))
+        headers = request.headers
+        body, x, wanted = await run_in_threadpool(parse, await request.body(), headers.get("content-type"),
+                                                  headers.get(HEADER_LENGTH), session, engine.outputs_of(session))
         results = await engine.infer(session, x)
     except ProtocolError as exc:
         return error(str(exc), exc.status)
@@ -235,3 +297,64 @@ async def infer(name: str, request: Request, engines: EnginesDep, version: str |
         status = 503 if isinstance(exc, QueueFullError) else 504
         return JSONResponse({"error": str(exc)}, status, headers={"Retry-After": "1"})
     return await run_in_threadpool(answer, name, engine.version, body, results, wanted)
+
+
+# --- the OpenAPI document ------------------------------------------------------------------------------
+
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+
+
+def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int) -> dict:
+    """The OpenAPI operation of one graph's infer: its JSON request schema (the graph's input, rows
+    within MAX_ROWS and the body limit), the binary tensor data extension, the answers."""
+    (node,) = session.get_inputs()
+    dims = tensor_metadata(node)["shape"][1:]
+    values = math.prod(dims)
+    low, high = VALUE_RANGE[node.name]
+    json_rows = min(MAX_ROWS, (max_body_bytes - BODY_SLACK) // (JSON_NUMBER_BYTES * values))
+    binary_rows = min(MAX_ROWS, (max_body_bytes - BODY_SLACK) // (4 * values))
+    request = infer_request_schema(node.name, dims, low, high, json_rows, outputs)
+    binary_form = (
+        f"application/octet-stream: the binary tensor data extension. The body starts with the JSON request "
+        f"({HEADER_LENGTH} bytes), whose input has `parameters: {{\"binary_data_size\": 4 x its values}}` in "
+        f"place of `data`, then the tensor's float32 values, little-endian, row-major: {4 * values:,} bytes a "
+        f"row, 1 to {binary_rows} rows. Without the header the whole body is JSON.")
+    errors = {
+        "400": "a request the graph cannot take; the error says what was wrong",
+        "404": "no such model or version",
+        "413": "a body over the server's limit (CAPSNET_MAX_BODY_BYTES)",
+        "503": "not ready, or the queue is full",
+        "504": "the model did not answer within the request deadline"}
+    return {
+        "tags": [TAG], "summary": f"Run {name} on raw tensors", "operationId": "infer_" + re.sub(r"\W", "_", name),
+        "description": f"{node.name} [rows, {', '.join(map(str, dims))}] -> {', '.join(outputs)} "
+                       f"(GET /v2/models/{name}), as JSON (application/json: the schema below) or in the binary "
+                       "tensor data extension (application/octet-stream: see the request body)",
+        "parameters": [{"name": HEADER_LENGTH, "in": "header", "required": False, "schema": {
+            "type": "integer", "minimum": 1}, "description": "the binary tensor data extension: the length in bytes "
+                                                             "of the JSON request at the start of the body; not read "
+                                                             "with Content-Type: application/json"}],
+        "requestBody": {"required": True, "description": binary_form, "content": {
+            "application/json": {"schema": request}, "application/octet-stream": BINARY}},
+        "responses": {
+            "200": {"description": "the outputs asked for; with binary outputs, the JSON response followed by their "
+                                   "bytes (application/octet-stream)",
+                    "headers": {HEADER_LENGTH: {"description": "the JSON response's length (binary responses)",
+                                                "schema": {"type": "integer"}}},
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}},
+                                "application/octet-stream": BINARY}},
+            **{status: {"description": text, "content": {"application/json": {"schema": {
+                "$ref": f"#/components/schemas/{'ErrorMessage' if status == '413' else 'ErrorBody'}"}}}}
+               for status, text in errors.items()}}}
+
+
+def document_infer(schema: dict, engines: Engines, max_body_bytes: int) -> None:
+    """Add to an OpenAPI document one infer operation per served graph (NAME and NAME_decoder of every
+    model): the route takes every request its schema describes, which one schema for all could not say."""
+    for engine in engines:
+        for name, session in ((engine.name, engine.capsnet), (engine.name + DECODER, engine.decoder)):
+            operation = infer_operation(name, session, engine.outputs_of(session), max_body_bytes)
+            schema["paths"][f"/v2/models/{name}/infer"] = {"post": operation}
+    _, definitions = models_json_schema([(m, "serialization") for m in (InferResponse, ErrorBody, ErrorMessage)],
+                                        ref_template="#/components/schemas/{model}")
+    schema.setdefault("components", {}).setdefault("schemas", {}).update(definitions["$defs"])
