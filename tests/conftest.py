@@ -1,6 +1,7 @@
 """Shared fixtures: the committed MNIST slice, the repository paths and the real API served on
-loopback (app.main.create_app with the shipped model on CPU, uvicorn in a thread on a free port,
-waited on until /ready). No network beyond 127.0.0.1, no ../shared."""
+loopback (app.main.create_app with every shipped model on CPU, uvicorn in a thread on a free port,
+waited on until /ready). The session has one app and loads its models once: tests/app's in-process
+client talks to the same app object as the server. No network beyond 127.0.0.1, no ../shared."""
 import threading
 import time
 from pathlib import Path
@@ -41,13 +42,24 @@ def wait_until_ready(url: str, thread: threading.Thread) -> None:
 
 
 @pytest.fixture(scope="session")
-def api_url():
-    from app.main import create_app
+def api_settings():
+    """Every shipped model on the CPU, one ONNX Runtime thread per session (two cores, several suites)."""
     from app.settings import Settings
+    return Settings(providers=["CPUExecutionProvider"], intra_op_threads=1)
 
+
+@pytest.fixture(scope="session")
+def api_app(api_settings):
+    """The session's one app; its lifespan (loading and warming up every model) runs once, in api_url's
+    server."""
+    from app.main import create_app
+    return create_app(api_settings)
+
+
+@pytest.fixture(scope="session")
+def api_url(api_app):
     port = free_port()
-    settings = Settings(providers=["CPUExecutionProvider"], host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(api_app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="capsnet-api", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

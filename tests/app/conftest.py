@@ -1,19 +1,18 @@
-"""App fixtures: one app on the shipped model (CPU), started once per session, and image helpers."""
+"""App fixtures: the session's one app (tests/conftest.py: every shipped model on the CPU, its lifespan run
+once by the test server), an in-process client of it, and image helpers."""
 import json
-import time
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.settings import Settings
 from model import contract
 
 
 @pytest.fixture(scope="session")
-def settings() -> Settings:
-    return Settings(providers=["CPUExecutionProvider"], intra_op_threads=1)  # every shipped model
+def settings(api_settings) -> Settings:
+    return api_settings
 
 
 @pytest.fixture(scope="session")
@@ -22,19 +21,18 @@ def model_card(settings) -> dict:
 
 
 @pytest.fixture(scope="session")
-def app(settings):
-    return create_app(settings)
+def app(api_app):
+    return api_app
 
 
 @pytest.fixture(scope="session")
-def client(app):
-    """A client on the app whose lifespan has run and whose warm-up is done."""
-    with TestClient(app, raise_server_exceptions=False) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, "the engine never became ready"
-            time.sleep(0.05)
-        yield client
+def client(app, api_url):
+    """An in-process client of the app that api_url serves, once it is ready. Not entered (`with`): that would
+    run the app's lifespan a second time and load every model again; the server's lifespan has loaded them,
+    and any event loop can submit to their batchers (app/batcher.py)."""
+    client = TestClient(app, raise_server_exceptions=False)
+    assert client.get("/ready").status_code == 200  # api_url waited for it
+    return client
 
 
 @pytest.fixture(scope="session")
