@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from frontend.app import FASHION_EXAMPLES, PAIR_EXAMPLES
+from frontend.tabs import FASHION_EXAMPLES, PAIR_EXAMPLES
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -202,7 +202,8 @@ def jittery_demo_url(api_url):
     import uvicorn
     from fastapi import FastAPI, Request, Response
 
-    from frontend.app import DemoSettings, launch
+    from frontend.app import launch
+    from frontend.settings import DemoSettings
     from tests.conftest import free_port, wait_until_ready
 
     proxy, delays = FastAPI(), itertools.cycle(JITTER_S)

@@ -1,7 +1,7 @@
 """The launched demo answers over its own HTTP API, as gradio_client sees it."""
 from gradio_client import Client, handle_file
 
-from frontend.app import EXAMPLES
+from frontend.tabs import EXAMPLES
 
 
 def test_the_demo_answers_through_gradio_client(demo_url):
