@@ -178,7 +178,9 @@ def model_tab(tab: Tab, footer: gr.Markdown) -> TabUI:
             with gr.Column(scale=4, min_width=360):
                 routing = routing_column(tab)
         panel = perturbation_panel(tab)
-    states = gr.State(None), gr.State(None), gr.State(Screen(DRAWING if tab.look.canvas else UPLOAD))
+        # Inside the tab: a child of gr.Tabs that is not a gr.Tab (a State too) made the page add a second
+        # header for a tab when it was first selected, or show one tab's header twice and another's not at all.
+        states = gr.State(None), gr.State(None), gr.State(Screen(DRAWING if tab.look.canvas else UPLOAD))
     return TabUI(tab, page, shown_inputs, status, pictures, lengths, routing, panel, footer, *states)
 
 

@@ -139,6 +139,20 @@ def test_fashion_tab_names_a_garment(page, made_demo_url, tmp_path):
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
 
 
+def test_each_model_tab_has_one_header(page, made_demo_url):
+    """Selecting each model's tab in turn leaves one header per tab, in the API's order, the default first
+    (a gr.State among the tabs once gave a tab a second header the first time it was selected)."""
+    open_demo(page, made_demo_url)
+    headers = "() => [...document.querySelectorAll('button[role=tab]')].map(b => b.getAttribute('data-tab-id'))"
+    models = [m for m in page.evaluate(headers) if m in ("mnist", "fashion-mnist", "multimnist", "affine")]
+    assert models[0] == "mnist" and sorted(models) == ["affine", "fashion-mnist", "mnist", "multimnist"]
+    for model in models[1:] + models[:1]:
+        page.locator(f"button[role=tab][data-tab-id='{model}']").click()
+        page.wait_for_timeout(500)
+        seen = page.evaluate(headers)
+        assert [seen.count(m) for m in models] == [1] * len(models), seen
+
+
 def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo_url, mnist_fixture, tmp_path):
     """A person opens the Upload tab and picks a file (a test digit as a 280x280 scan, dark ink on white
     paper); its answer shows, and after a pause the routing maps and Fig. 4 follow; the upload's clear

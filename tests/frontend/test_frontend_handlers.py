@@ -133,6 +133,10 @@ def test_every_served_model_gets_a_tab_the_default_first(client):
         assert tab.look is LOOKS[entry["preprocessing"]]
     demo = build_demo(client, tabs)
     assert model_tabs(demo) == [tab.title for tab in tabs]
+    # Nothing but tabs in the models' gr.Tabs: a gr.State there gave a tab a second header in the browser.
+    (models,) = [block for block in demo.blocks.values() if isinstance(block, gr.Tabs)
+                 and any(getattr(child, "id", None) == "mnist" for child in block.children)]
+    assert all(isinstance(child, gr.Tab) for child in models.children), models.children
     ids = [block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)]
     assert len(ids) == len(set(ids)) and {"sketch", "pair-sketch", "affine-sketch", "fashion-upload"} <= set(ids)
 
