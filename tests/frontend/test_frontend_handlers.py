@@ -221,7 +221,7 @@ def test_drawing_a_fixture_digit_yields_its_label(client, digit_tab, mnist_fixtu
 
 def test_prediction_view_has_every_panel(client, digit_tab, mnist_fixture):
     view = predict_drawing(client, digit_tab, drawing(mnist_fixture[0][0]))
-    assert f"Prediction: **{view.digit}**" in view.status
+    assert view.digit == 7 and view.status.startswith("## Prediction: **7**")
     assert view.input.size == view.reconstruction.size == (224, 224)
     assert view.lengths.size[0] > 0 and routing_view(digit_tab, view.answer).size[0] > 0
     assert np.asarray(view.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
@@ -359,10 +359,14 @@ def test_warnings_are_shown(client, digit_tab):
     assert "⚠️" not in predict_drawing(client, digit_tab, brushed(STROKES[1])).status
 
 
-def test_examples_predict_through_the_upload_handler(client, digit_tab):
+def test_examples_are_read_as_their_digit_through_the_upload_handler(client, digit_tab):
+    """Each example's file name starts with its digit (MNIST t10k, the first of each class): all ten read so."""
     assert len(EXAMPLES) == NUM_CLASSES
-    view = predict_upload(client, digit_tab, str(EXAMPLES[0]))
-    assert view.status.startswith("## Prediction") and view.capsules is not None
+    views = [predict_upload(client, digit_tab, str(path)) for path in EXAMPLES]
+    assert [view.digit for view in views] == [int(path.name[0]) for path in EXAMPLES] == list(range(NUM_CLASSES))
+    for view in views:
+        assert view.status.startswith(f"## Prediction: **{view.digit}**")
+        assert np.asarray(view.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
 
 
 def test_slider_deltas_change_the_reconstruction(client, seven):
