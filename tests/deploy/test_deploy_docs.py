@@ -14,7 +14,7 @@ NOT_PASSED = {"host", "port"}  # fixed by the image
 
 
 def demo_settings_fields() -> list[str]:
-    tree = ast.parse((REPO / "frontend" / "app.py").read_text())
+    tree = ast.parse((REPO / "frontend" / "settings.py").read_text())
     (cls,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "DemoSettings"]
     return [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
 

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from frontend.app import ApiClient, DemoSettings, launch
+from frontend.app import launch
+from frontend.client import ApiClient
+from frontend.settings import DemoSettings
 from tests.conftest import REPO, free_port
 
 MAKE_DEMO_TIMEOUT_S = 180.0  # every shipped model loaded and warmed, on a busy 2-core CI machine

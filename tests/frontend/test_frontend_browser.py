@@ -1,6 +1,7 @@
 """A person in a browser: headless Chromium opens the demo, draws a stroke with the mouse, sees a
-prediction, moves a slider and sees the perturbed reconstruction change; then picks a pair example in
-the Two digits tab and a garment in the Fashion tab and sees them named. Screenshots are saved.
+prediction and the image the model saw, moves a slider and sees the perturbed reconstruction change;
+then picks a pair example in the Two digits tab, a garment in the Fashion tab and a digit in the affine
+model's tab and sees them named. Screenshots are saved.
 
 Uses Debian's chromium (/usr/bin/chromium) through Playwright, never Playwright's own browsers.
 CAPSNET_SCREENSHOT=1 also writes the Digit tab's screenshot to docs/demo.png (the README shows it) and
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from frontend.app import FASHION_EXAMPLES, PAIR_EXAMPLES
+from frontend.tabs import EXAMPLES, FASHION_EXAMPLES, PAIR_EXAMPLES
+from model.contract import AFFINE_SIZE, IMAGE_SIZE, MULTIMNIST_SIZE
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -89,6 +91,33 @@ def pick_example(page, tab: str, prefix: str, path: Path) -> None:
     page.locator(f"#{prefix}examples img[src$='{path.name}']").click()
 
 
+# The model input as the browser decoded it: its side in pixels and the share of it that is ink (the model
+# sees a white object on black).
+SEEN = """(img) => {
+    const canvas = document.createElement('canvas');
+    [canvas.width, canvas.height] = [img.naturalWidth, img.naturalHeight];
+    const context = canvas.getContext('2d');
+    context.drawImage(img, 0, 0);
+    const pixels = context.getImageData(0, 0, canvas.width, canvas.height).data;
+    let ink = 0;
+    for (let i = 0; i < pixels.length; i += 4) ink += pixels[i] + pixels[i + 1] + pixels[i + 2] > 3 * 128;
+    return [canvas.width, canvas.height, ink / (canvas.width * canvas.height)];
+}"""
+
+
+def shows_model_input(page, prefix: str, size: int) -> None:
+    """The tab shows the image its model saw: at the model's input size (8 screen pixels each), loaded, not
+    blank and not all ink."""
+    from playwright.sync_api import expect
+
+    seen = page.locator(f"#{prefix}seen img")
+    expect(seen).to_be_visible()
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=seen.element_handle())
+    width, height, ink = seen.evaluate(SEEN)
+    assert (width, height) == (8 * size, 8 * size)
+    assert 0.02 < ink < 0.6, f"the model input on screen is {ink:.1%} ink"
+
+
 def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
@@ -98,6 +127,7 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
     stroke(page, [(cx - 0.45 * r, cy - 0.6 * r), (cx + 0.4 * r, cy - 0.6 * r), (cx - 0.1 * r, cy + 0.7 * r)])  # a 7
     expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
+    shows_model_input(page, "", IMAGE_SIZE)
 
     perturbed = page.locator("#perturbed img")
     expect(perturbed).to_be_visible()
@@ -120,6 +150,7 @@ def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_pat
     pair = next(p for p in PAIR_EXAMPLES if p.name.startswith("38_"))  # both capsules long (> 0.8): a clear pair
     pick_example(page, "Two digits", "pair-", pair)
     expect(page.locator("#pair-status")).to_contain_text(re.compile("Digits: (3 and 8|8 and 3)"))
+    shows_model_input(page, "pair-", MULTIMNIST_SIZE)
     expect(page.locator("#pair-overlay img")).to_be_visible()
     expect(page.locator("#pair-grid img")).to_be_visible()  # the last of the prediction's events
     expect(page.locator("#pair-status")).to_contain_text("Digits")  # still: the example replaced the drawing
@@ -134,9 +165,37 @@ def test_fashion_tab_names_a_garment(page, made_demo_url, tmp_path):
     sneaker = next(p for p in FASHION_EXAMPLES if "sneaker" in p.name)
     pick_example(page, "Fashion", "fashion-", sneaker)
     expect(page.locator("#fashion-status")).to_contain_text("Prediction: Sneaker")
+    shows_model_input(page, "fashion-", IMAGE_SIZE)
     expect(page.locator("#fashion-capsule")).to_contain_text("Ankle boot")  # the capsules named by class
     expect(page.locator("#fashion-grid img")).to_be_visible()
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
+
+
+def test_the_affine_model_has_a_digit_tab(page, made_demo_url):
+    """The API serves the affine model (digit preprocessing, 40x40 input): its tab reads an example as
+    the digit it is, shows the 40x40 image the model saw and names the model below."""
+    from playwright.sync_api import expect
+
+    open_demo(page, made_demo_url)
+    seven = next(p for p in EXAMPLES if p.name.startswith("7_"))
+    pick_example(page, "Digit (affine)", "affine-", seven)
+    expect(page.locator("#affine-status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
+    shows_model_input(page, "affine-", AFFINE_SIZE)
+    expect(page.locator("#footer")).to_contain_text("affine")
+
+
+def test_each_model_tab_has_one_header(page, made_demo_url):
+    """Selecting each model's tab in turn leaves one header per tab, in the API's order, the default first
+    (a gr.State among the tabs once gave a tab a second header the first time it was selected)."""
+    open_demo(page, made_demo_url)
+    headers = "() => [...document.querySelectorAll('button[role=tab]')].map(b => b.getAttribute('data-tab-id'))"
+    models = [m for m in page.evaluate(headers) if m in ("mnist", "fashion-mnist", "multimnist", "affine")]
+    assert models[0] == "mnist" and sorted(models) == ["affine", "fashion-mnist", "mnist", "multimnist"]
+    for model in models[1:] + models[:1]:
+        page.locator(f"button[role=tab][data-tab-id='{model}']").click()
+        page.wait_for_timeout(500)
+        seen = page.evaluate(headers)
+        assert [seen.count(m) for m in models] == [1] * len(models), seen
 
 
 def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo_url, mnist_fixture, tmp_path):
@@ -155,6 +214,7 @@ def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo
     page.locator("#inputs").get_by_role("tab", name="Upload").click()
     page.locator("#upload input[type=file]").set_input_files(scan)
     expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
+    shows_model_input(page, "", IMAGE_SIZE)
     expect(page.locator("#routing img")).to_be_visible()  # a fresh page had none
     expect(page.locator("#grid img")).to_be_visible()
     page.locator("#upload").get_by_role("button", name="Remove Image").click()
@@ -202,7 +262,8 @@ def jittery_demo_url(api_url):
     import uvicorn
     from fastapi import FastAPI, Request, Response
 
-    from frontend.app import DemoSettings, launch
+    from frontend.app import launch
+    from frontend.settings import DemoSettings
     from tests.conftest import free_port, wait_until_ready
 
     proxy, delays = FastAPI(), itertools.cycle(JITTER_S)

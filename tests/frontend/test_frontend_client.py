@@ -1,16 +1,30 @@
 """The launched demo answers over its own HTTP API, as gradio_client sees it."""
+import numpy as np
 from gradio_client import Client, handle_file
+from PIL import Image
 
-from frontend.app import EXAMPLES
+from frontend.client import ApiClient
+from frontend.tabs import EXAMPLES
 
 
-def test_the_demo_answers_through_gradio_client(demo_url):
+def grey(path: str) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("L"), dtype=np.float32) / 255
+
+
+def test_the_demo_answers_through_gradio_client(demo_url, api_url):
     demo = Client(demo_url, verbose=False)
     seven = next(p for p in EXAMPLES if p.name.startswith("7_"))
     status, seen, reconstruction, lengths, digit, footer = demo.predict(  # the routing maps follow in their own step
         handle_file(str(seven)), api_name="/predict_upload"
     )
     assert status.startswith("## Prediction: **7**") and digit == 7
-    assert all(path for path in (seen, reconstruction, lengths))
-    assert "version" in footer
-    assert "version" in demo.predict(api_name="/model")
+    # What the model saw (28x28, 8 times larger): a white digit on black, some of it ink but not most; and
+    # its reconstruction from the 7-capsule alone draws the same shape.
+    seen, reconstruction = grey(seen), grey(reconstruction)
+    assert seen.shape == reconstruction.shape == (224, 224)
+    assert 0.05 < (seen > 0.5).mean() < 0.5, (seen > 0.5).mean()
+    assert np.corrcoef(seen.ravel(), reconstruction.ravel())[0, 1] > 0.7
+    assert Image.open(lengths).width > 0
+    served = {entry["name"]: entry for entry in ApiClient(api_url, timeout_s=30.0).models()["models"]}
+    assert "**mnist**" in footer and f"`{served['mnist']['version']}`" in footer  # the graph that answered
+    assert demo.predict(api_name="/model") == footer  # the page's footer on load: the first tab's model

@@ -1,6 +1,6 @@
-"""The demo's handlers against the real API on loopback: predict, perturb, the Fig. 4 grid, and the
-states a person must see in words (empty canvas, API down, API starting, a refused file); then the
-Two digits (multimnist) and Fashion (fashion-mnist) tabs."""
+"""The demo's handlers against the real API on loopback: the tabs built from GET /models, predict, perturb,
+the Fig. 4 grid, and the states a person must see in words (empty canvas, API down, API starting, a refused
+file); then the Two digits (multimnist), Fashion (fashion-mnist) and affine tabs."""
 import base64
 import copy
 import io
@@ -15,42 +15,77 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from frontend import plots
-from frontend.app import (
-    BRUSH_RADIUS,
-    CANVAS,
-    DRAW_A_DIGIT,
-    DRAW_TWO_DIGITS,
-    EXAMPLES,
-    FASHION_EXAMPLES,
-    FASHION_TAB,
+from frontend import layout, plots
+from frontend.app import build_demo
+from frontend.client import ApiClient, ApiUnreachable, served_models
+from frontend.handlers import (
     OFFSETS,
-    PAIR_EXAMPLES,
-    DIGIT_TAB,
-    DRAWING,
-    PAIR_TAB,
-    SHOW_A_GARMENT,
-    UPLOAD,
-    ApiClient,
-    PairView,
-    Screen,
-    capsule_choices,
+    answer_example,
     fig4,
     fig4_tiles,
-    Panel,
     follow_up,
     model_footer,
     perturb,
     predict_drawing,
-    predict_example,
     predict_upload,
     routing_view,
-    shown,
 )
+from frontend.layout import BRUSH_RADIUS, CANVAS, TabUI
 from frontend.pad import PNG_DATA_URL
-from model.contract import CAPSULE_DIM, IMAGE_SIZE, MULTIMNIST_SIZE, NUM_CLASSES, PERTURB_LIMIT, STROKE_RANGE
+from frontend.screen import DRAWING, UPLOAD, Screen, gated
+from frontend.tabs import (
+    DRAW_A_DIGIT,
+    DRAW_TWO_DIGITS,
+    EXAMPLES,
+    FASHION_EXAMPLES,
+    LOOKS,
+    PAIR_EXAMPLES,
+    SHOW_A_GARMENT,
+    Tab,
+    tabs_from,
+)
+from frontend.views import PairView, PredictView
+from model.contract import (
+    AFFINE_SIZE,
+    CAPSULE_DIM,
+    IMAGE_SIZE,
+    MULTIMNIST_SIZE,
+    NUM_CLASSES,
+    PERTURB_LIMIT,
+    STROKE_RANGE,
+)
+from tests.conftest import free_port, wait_until_ready
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tabs(api_url) -> dict[str, Tab]:
+    """The demo's tabs as it builds them from the API's GET /models, by model."""
+    return {tab.model: tab for tab in tabs_from(ApiClient(api_url, timeout_s=30.0).models())}
+
+
+@pytest.fixture(scope="module")
+def digit_tab(tabs) -> Tab:
+    return tabs["mnist"]
+
+
+@pytest.fixture(scope="module")
+def pair_tab(tabs) -> Tab:
+    return tabs["multimnist"]
+
+
+@pytest.fixture(scope="module")
+def fashion_tab(tabs) -> Tab:
+    return tabs["fashion-mnist"]
+
+
+@pytest.fixture(scope="module")
+def uis(tabs) -> dict[str, TabUI]:
+    """Each tab's components, laid out as the demo does (for the handlers that return updates keyed by them)."""
+    with gr.Blocks():
+        page = layout.page(list(tabs.values()))
+    return {ui.tab.model: ui for ui in page.tabs}
 
 
 def pad_value(canvas: Image.Image) -> str:
@@ -69,38 +104,138 @@ def drawing(digit: np.ndarray, size: int = CANVAS) -> str:
 
 
 @pytest.fixture(scope="module")
-def seven(api_url, mnist_fixture) -> tuple[list[list[float]], int]:
+def seven(api_url, digit_tab, mnist_fixture) -> tuple[list[list[float]], int]:
     """Capsules (10x16) and prediction of the first test image (a 7), via the drawing handler."""
-    view = predict_drawing(ApiClient(api_url, timeout_s=30.0), drawing(mnist_fixture[0][0]))
+    view = predict_drawing(ApiClient(api_url, timeout_s=30.0), digit_tab, drawing(mnist_fixture[0][0]))
     return view.capsules, view.digit
 
 
-def test_drawing_a_fixture_digit_yields_its_label(client, mnist_fixture):
+# ---- the tabs: one per model the API serves (GET /models) ------------------------------------------------
+def model_tabs(demo: gr.Blocks) -> list[str]:
+    """The labels of a built demo's model tabs (every gr.Tab but the Draw and Upload tabs inside them)."""
+    return [block.label for block in demo.blocks.values() if isinstance(block, gr.Tab)
+            and block.label not in ("Draw", "Upload")]
+
+
+def test_every_served_model_gets_a_tab_the_default_first(client):
+    """The API serves every shipped model here: the demo has a tab for each, the default model's first,
+    each labelled by what its model reads, and no two components share an elem_id."""
+    served = client.models()
+    entries = {entry["name"]: entry for entry in served["models"]}
+    tabs = tabs_from(served)
+    assert tabs[0].model == served["default"] == "mnist" and {tab.model for tab in tabs} == set(entries)
+    assert {tab.model: (tab.title, tab.prefix) for tab in tabs} == {
+        "mnist": ("Digit", ""), "multimnist": ("Two digits", "pair-"), "fashion-mnist": ("Fashion", "fashion-"),
+        "affine": ("Digit (affine)", "affine-")}
+    for tab in tabs:
+        entry = entries[tab.model]
+        assert (tab.size, tab.classes, tab.task) == (entry["input_size"], entry["classes"], entry["task"])
+        assert tab.look is LOOKS[entry["preprocessing"]]
+    demo = build_demo(client, tabs)
+    assert model_tabs(demo) == [tab.title for tab in tabs]
+    # Nothing but tabs in the models' gr.Tabs: a gr.State there gave a tab a second header in the browser.
+    (models,) = [block for block in demo.blocks.values() if isinstance(block, gr.Tabs)
+                 and any(getattr(child, "id", None) == "mnist" for child in block.children)]
+    assert all(isinstance(child, gr.Tab) for child in models.children), models.children
+    ids = [block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)]
+    assert len(ids) == len(set(ids)) and {"sketch", "pair-sketch", "affine-sketch", "fashion-upload"} <= set(ids)
+
+
+@pytest.fixture(scope="module")
+def mnist_only_url():
+    """The API serving mnist alone (CAPSNET_MODELS=mnist)."""
+    import threading
+
+    import uvicorn
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    port = free_port()
+    settings = Settings(models=["mnist"], providers=["CPUExecutionProvider"], host="127.0.0.1", port=port,
+                        log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="capsnet-api-mnist", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_until_ready(url, thread)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_one_served_model_is_one_tab(mnist_only_url):
+    """An API serving mnist alone: the demo has the Digit tab and no other, and it answers."""
+    client = ApiClient(mnist_only_url, timeout_s=30.0)
+    tabs = tabs_from(client.models())
+    assert [(tab.model, tab.title, tab.prefix) for tab in tabs] == [("mnist", "Digit", "")]
+    assert model_tabs(build_demo(client, tabs)) == ["Digit"]
+    view = predict_upload(client, tabs[0], str(EXAMPLES[7]))
+    assert view.digit == 7 and "**mnist**" in view.footer
+
+
+def test_affine_gets_a_digit_tab_with_its_40x40_input(client, tabs):
+    """The affine model (digit preprocessing, 40x40 input) is shown as a digit: drawn or uploaded, its
+    model input and reconstructions 40x40, its routing on a 12x12 grid; the MNIST examples are read."""
+    tab = tabs["affine"]
+    assert tab.look is LOOKS["digit"] and tab.look.canvas and tab.view is PredictView
+    assert tab.size == AFFINE_SIZE == 40 and tab.title == "Digit (affine)"
+    side = AFFINE_SIZE * plots.SCALE
+    views = [predict_upload(client, tab, str(path)) for path in EXAMPLES]
+    assert [view.digit for view in views] == [int(path.name[0]) for path in EXAMPLES]
+    seven = views[7]
+    assert seven.status.startswith("## Prediction: **7**") and "**affine**" in seven.footer
+    assert seven.input.size == seven.reconstruction.size == (side, side)
+    assert np.asarray(seven.answer["routing"]["maps"]).shape == (NUM_CLASSES, 12, 12)
+    tiles = fig4_tiles(client, np.asarray(seven.capsules, dtype=np.float32)[7], 7, tab.model)
+    assert tiles.shape == (CAPSULE_DIM, len(OFFSETS), AFFINE_SIZE, AFFINE_SIZE)
+    drawn = predict_drawing(client, tab, brushed(STROKES[7]))
+    assert drawn.digit == 7 and drawn.input.size == (side, side), drawn.status
+
+
+def test_the_demo_waits_for_the_api_to_list_its_models(unused_url):
+    """`make demo` starts the API and the demo at once: the demo asks GET /models again until the API
+    listens, and says in words when it never does."""
+    calls = []
+
+    def api(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if len(calls) < 3:  # still loading its models: nothing listens yet
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"default": "mnist", "models": []})
+    answer = served_models(ApiClient("http://api", 2.0, transport=httpx.MockTransport(api)), wait_s=10, every_s=0.01)
+    assert answer == {"default": "mnist", "models": []} and calls == ["/models"] * 3
+    with pytest.raises(ApiUnreachable, match=r"GET /models.*not reachable"):
+        served_models(ApiClient(unused_url, timeout_s=2.0), wait_s=0.3, every_s=0.1)
+
+
+# ---- the Digit tab (mnist) -------------------------------------------------------------------------------
+def test_drawing_a_fixture_digit_yields_its_label(client, digit_tab, mnist_fixture):
     # Needs the trained model: the first test digit of each class, drawn on the canvas.
     images, labels = mnist_fixture
     firsts = [int(np.flatnonzero(labels == d)[0]) for d in range(NUM_CLASSES)]
-    predicted = [predict_drawing(client, drawing(images[i])).digit for i in firsts]
+    predicted = [predict_drawing(client, digit_tab, drawing(images[i])).digit for i in firsts]
     wrong = [(int(labels[i]), p) for i, p in zip(firsts, predicted) if p != labels[i]]
     assert len(wrong) <= 1, f"(label, predicted) for the misread digits: {wrong}"
 
 
-def test_prediction_view_has_every_panel(client, mnist_fixture):
-    view = predict_drawing(client, drawing(mnist_fixture[0][0]))
-    assert f"Prediction: **{view.digit}**" in view.status
+def test_prediction_view_has_every_panel(client, digit_tab, mnist_fixture):
+    view = predict_drawing(client, digit_tab, drawing(mnist_fixture[0][0]))
+    assert view.digit == 7 and view.status.startswith("## Prediction: **7**")
     assert view.input.size == view.reconstruction.size == (224, 224)
-    assert view.lengths.size[0] > 0 and routing_view(client, view.answer).size[0] > 0
+    assert view.lengths.size[0] > 0 and routing_view(digit_tab, view.answer).size[0] > 0
     assert np.asarray(view.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
     assert "version" in view.footer and "CPUExecutionProvider" in view.footer
     assert view.answer["prediction"] == view.digit  # the answer kept for the routing maps is this one
 
 
-def test_routing_maps_put_the_answer_first(client, mnist_fixture):
+def test_routing_maps_put_the_answer_first(client, digit_tab, mnist_fixture):
     """The maps follow the answer in a second step: the predicted class's tile first, drawn in its colour."""
-    view = predict_drawing(client, drawing(mnist_fixture[0][0]))
-    maps = np.asarray(routing_view(client, view.answer), dtype=np.int64)
+    view = predict_drawing(client, digit_tab, drawing(mnist_fixture[0][0]))
+    maps = np.asarray(routing_view(digit_tab, view.answer), dtype=np.int64)
     first_label = maps[14:40, 14:50]  # the first tile's caption: the predicted class, in the winner's colour
     assert (np.abs(first_label - np.array(plots.WINNER)).sum(axis=-1) < 60).any()
-    assert routing_view(client, None) is None  # nothing answered: no maps
+    assert routing_view(digit_tab, None) is None  # nothing answered: no maps
 
 
 def test_an_answer_shows_only_for_what_is_on_screen():
@@ -117,67 +252,69 @@ def test_an_answer_shows_only_for_what_is_on_screen():
     assert screen.shows(screen.switch(DRAWING), DRAWING)  # back to the Draw tab: the drawing answers
 
 
-def test_an_event_keys_its_view_by_component_and_drops_stale_ones():
+def test_an_event_passes_its_updates_or_drops_stale_ones():
     outputs = [gr.Markdown(), gr.Markdown()]
     screen = Screen(DRAWING)
-    run = shown(lambda text: (text, text.upper()), outputs, DRAWING, switch=True)
+    run = gated(lambda text: {outputs[0]: text, outputs[1]: text.upper()}, DRAWING, switch=True)
     assert run(screen, "a") == {outputs[0]: "a", outputs[1]: "A"}
 
     def overtaken(text):  # a newer prediction starts while this one waits for the API
         screen.start(DRAWING)
-        return text, text
-    assert all(value == gr.skip() for value in shown(overtaken, outputs, DRAWING)(screen, "b").values())
+        return {outputs[0]: text}
+    assert gated(overtaken, DRAWING)(screen, "b") == gr.skip()  # no update to any output
+    assert gated(lambda: {outputs[0]: "c"}, DRAWING, tab_select=True)(screen) == gr.skip()  # on screen already
 
 
 def test_an_answer_on_screen_is_followed_up_once():
     """The routing maps and Fig. 4 follow the answer that showed, once; a dropped answer has none."""
-    screen, outputs = Screen(DRAWING), [gr.Markdown()]
+    screen, output = Screen(DRAWING), gr.Markdown()
     assert not screen.follow()  # nothing shown yet
-    shown(lambda text: (text,), outputs, DRAWING)(screen, "a")
+    gated(lambda text: {output: text}, DRAWING)(screen, "a")
     assert screen.follow() and not screen.follow()
 
     def overtaken(text):
         screen.start(DRAWING)
-        return (text,)
-    shown(overtaken, outputs, DRAWING)(screen, "b")  # dropped: the answer on screen is still "a"'s
+        return {output: text}
+    gated(overtaken, DRAWING)(screen, "b")  # dropped: the answer on screen is still "a"'s
     assert not screen.follow()
 
 
-def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(client):
+def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(client, uis):
     """Of the answer on screen, from the session's state: its maps, its prediction's capsule perturbed by the
     sliders, its Fig. 4; a pair's first digit. Nothing more once followed up."""
-    routing, panel = gr.Image(), Panel(gr.Radio(), [gr.Slider() for _ in range(CAPSULE_DIM)], gr.Image(), gr.Image())
     deltas = [0.0] * CAPSULE_DIM
     deltas[2] = 0.25
-    for tab, example in ((DIGIT_TAB, EXAMPLES[7]), (PAIR_TAB, PAIR_EXAMPLES[0])):
+    for ui, example in ((uis["mnist"], EXAMPLES[7]), (uis["multimnist"], PAIR_EXAMPLES[0])):
+        tab, panel = ui.tab, ui.panel
         screen, answer = Screen(DRAWING), client.predict(example.read_bytes(), tab.model)
-        digit = int(answer["objects"][0]["digit"]) if tab is PAIR_TAB else 7
-        shown(lambda: (None,), [gr.Markdown()], DRAWING)(screen)  # an answer shows
-        parts = list(follow_up(client, tab, routing, panel, screen, answer, *deltas))
-        assert [list(part) for part in parts] == [[routing], [panel.perturbed], [panel.grid]]
-        assert np.array_equal(np.asarray(parts[0][routing]), np.asarray(routing_view(client, answer, tab)))
+        digit = int(answer["objects"][0]["digit"]) if tab.view is PairView else 7
+        gated(lambda: {ui.status: ""}, DRAWING)(screen)  # an answer shows
+        parts = list(follow_up(client, ui, screen, answer, *deltas))
+        assert [list(part) for part in parts] == [[ui.routing], [panel.perturbed], [panel.grid]]
+        assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(tab, answer)))
         expected = perturb(client, answer["capsules"], digit, *deltas, model=tab.model)
         assert np.array_equal(np.asarray(parts[1][panel.perturbed]), np.asarray(expected))
         assert parts[2][panel.grid].size == fig4(client, answer["capsules"], digit, tab.model).size
-        again = list(follow_up(client, tab, routing, panel, screen, answer, *deltas))
-        assert again == [{routing: gr.skip()}]  # followed up already
+        again = list(follow_up(client, ui, screen, answer, *deltas))
+        assert again == [gr.skip()]  # followed up already: no update to any output
 
 
-def split(items: tuple, at: int) -> tuple[tuple, tuple]:
-    return items[:at], items[at:]
-
-
-def test_an_example_is_shown_in_the_upload_and_answered(client):
-    """A click on an example: the Upload tab selected where the tab has a pad beside it, the example's
-    file for the upload, then the view of that file."""
-    for tab in (DIGIT_TAB, PAIR_TAB, FASHION_TAB):
-        shown_in, view = split(predict_example(client, 3, tab), -len(tab.view._fields))
-        *selected, path = shown_in
-        status = view[0]
-        assert [tabs.selected for tabs in selected] == ([f"{tab.prefix}upload-tab"] if tab.canvas else [])
-        assert path == str(tab.examples[3]) and status == predict_upload(client, path, tab).status
-    _, path, status, *_ = predict_example(client, 7)  # the Upload tab, the file, the view
-    assert Path(path).name.startswith("7_") and status.startswith("## Prediction: **7**")
+def test_an_example_is_shown_in_the_upload_and_answered(client, uis):
+    """A click on an example, in every tab: the Upload tab selected where the tab has a pad beside it, the
+    example's file for the upload, then the view of that file, keyed by the tab's components."""
+    for ui in uis.values():
+        tab, shown = ui.tab, answer_example(client, ui, 3)
+        path = str(tab.look.examples[3])
+        view = predict_upload(client, tab, path)
+        expected = {ui.inputs.upload: path, **{ui.outputs[field]: value for field, value in view._asdict().items()}}
+        if tab.look.canvas:
+            assert shown.pop(ui.inputs.tabs).selected == f"{tab.prefix}upload-tab"
+        assert shown.keys() == expected.keys()
+        assert shown[ui.inputs.upload] == path and shown[ui.status] == view.status
+        assert shown[ui.answer]["capsules"] == view.answer["capsules"]
+    seven = answer_example(client, uis["mnist"], 7)
+    assert Path(seven[uis["mnist"].inputs.upload]).name.startswith("7_")
+    assert seven[uis["mnist"].status].startswith("## Prediction: **7**") and seven[uis["mnist"].panel.digit] == 7
 
 
 # Digits as a mouse draws them: polylines (x, y) on the 400 px canvas, 250 px tall.
@@ -207,25 +344,29 @@ def test_the_brush_draws_mnist_like_strokes():
 
 
 @pytest.mark.parametrize("digit", sorted(STROKES))
-def test_digits_drawn_with_the_brush_are_read(client, digit):
-    view = predict_drawing(client, brushed(STROKES[digit]))
+def test_digits_drawn_with_the_brush_are_read(client, digit_tab, digit):
+    view = predict_drawing(client, digit_tab, brushed(STROKES[digit]))
     assert view.digit == digit, view.status
 
 
-def test_warnings_are_shown(client):
+def test_warnings_are_shown(client, digit_tab):
     """Two digits side by side: the API says it left a shape out, and the demo says so."""
     seven = STROKES[7][0]
     left = [(x // 3, y) for x, y in seven]  # x 40-93
     right = [(x // 3 + 280, y) for x, y in seven]  # x 320-373, farther than half the digit's height
-    view = predict_drawing(client, brushed([left, right], radius=7))
+    view = predict_drawing(client, digit_tab, brushed([left, right], radius=7))
     assert "⚠️" in view.status and "shape" in view.status, view.status
-    assert "⚠️" not in predict_drawing(client, brushed(STROKES[1])).status
+    assert "⚠️" not in predict_drawing(client, digit_tab, brushed(STROKES[1])).status
 
 
-def test_examples_predict_through_the_upload_handler(client):
+def test_examples_are_read_as_their_digit_through_the_upload_handler(client, digit_tab):
+    """Each example's file name starts with its digit (MNIST t10k, the first of each class): all ten read so."""
     assert len(EXAMPLES) == NUM_CLASSES
-    view = predict_upload(client, str(EXAMPLES[0]))
-    assert view.status.startswith("## Prediction") and view.capsules is not None
+    views = [predict_upload(client, digit_tab, str(path)) for path in EXAMPLES]
+    assert [view.digit for view in views] == [int(path.name[0]) for path in EXAMPLES] == list(range(NUM_CLASSES))
+    for view in views:
+        assert view.status.startswith(f"## Prediction: **{view.digit}**")
+        assert np.asarray(view.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
 
 
 def test_slider_deltas_change_the_reconstruction(client, seven):
@@ -257,41 +398,41 @@ def test_fig4_grid_has_16_by_11_tiles(client, seven):
     assert fig4(client, capsules, digit).size == (52 + 11 * 58, 24 + 16 * 58)  # labels + 2x tiles + gaps
 
 
-def test_empty_canvas_asks_for_a_digit(client):
+def test_empty_canvas_asks_for_a_digit(client, digit_tab):
     for empty in (None, ""):  # what the pad sends with nothing drawn, and an empty value
-        view = predict_drawing(client, empty)
+        view = predict_drawing(client, digit_tab, empty)
         assert view.status == DRAW_A_DIGIT and view.capsules is None
-    blank = predict_drawing(client, pad_value(Image.new("RGBA", (CANVAS, CANVAS))))  # a PNG with no ink
+    blank = predict_drawing(client, digit_tab, pad_value(Image.new("RGBA", (CANVAS, CANVAS))))  # a PNG with no ink
     assert "⚠️" in blank.status and "blank" in blank.status and blank.capsules is None
 
 
 @pytest.mark.parametrize("value", ["data:image/jpeg;base64,/9j/4AAQ", "data:image/png;base64,not base64!",
                                    "<img src=x onerror=alert(1)>"])
-def test_a_drawing_that_is_not_a_png_data_url_is_refused_in_words(client, value):
+def test_a_drawing_that_is_not_a_png_data_url_is_refused_in_words(client, digit_tab, value):
     """The pad's event is public (Gradio's API page): a value it would never send gets a sentence."""
-    view = predict_drawing(client, value)
+    view = predict_drawing(client, digit_tab, value)
     assert view.status == "⚠️ The drawing did not arrive as a PNG image; draw it again." and view.capsules is None
 
 
-def test_refused_file_shows_the_apis_words(client, tmp_path):
+def test_refused_file_shows_the_apis_words(client, digit_tab, tmp_path):
     not_an_image = tmp_path / "notes.png"
     not_an_image.write_text("this is not a picture")
-    view = predict_upload(client, str(not_an_image))
+    view = predict_upload(client, digit_tab, str(not_an_image))
     assert view.status.startswith("⚠️") and view.capsules is None
     assert "Traceback" not in view.status
 
 
-def test_api_down_is_a_message_not_a_traceback(unused_url):
+def test_api_down_is_a_message_not_a_traceback(digit_tab, unused_url):
     nobody = ApiClient(unused_url, timeout_s=2.0)
-    view = predict_upload(nobody, str(EXAMPLES[0]))
+    view = predict_upload(nobody, digit_tab, str(EXAMPLES[0]))
     assert "not reachable" in view.status and "python -m app" in view.status
     assert "not reachable" in model_footer(nobody)
     assert perturb(nobody, [[0.0] * CAPSULE_DIM] * NUM_CLASSES, 3, *[0.0] * CAPSULE_DIM) is None
 
 
-def test_api_starting_up_is_a_message():
+def test_api_starting_up_is_a_message(digit_tab):
     warming = httpx.MockTransport(lambda request: httpx.Response(503, json={"detail": "warming up"}))
-    view = predict_upload(ApiClient("http://api", 2.0, transport=warming), str(EXAMPLES[0]))
+    view = predict_upload(ApiClient("http://api", 2.0, transport=warming), digit_tab, str(EXAMPLES[0]))
     assert "starting up" in view.status and view.capsules is None
 
 
@@ -311,27 +452,28 @@ def named_digits(status: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def pair(api_url) -> PairView:
+def pair(api_url, pair_tab) -> PairView:
     """The Two digits tab's view of the first generated pair example."""
-    return predict_upload(ApiClient(api_url, timeout_s=30.0), str(PAIR_EXAMPLES[0]), PAIR_TAB)
+    return predict_upload(ApiClient(api_url, timeout_s=30.0), pair_tab, str(PAIR_EXAMPLES[0]))
 
 
 @pytest.mark.parametrize("path", PAIR_EXAMPLES, ids=lambda p: p.name)
-def test_pair_examples_name_both_digits(client, path):
+def test_pair_examples_name_both_digits(client, pair_tab, path):
     """A generated pair's file name starts with its two digits; the tab names both, in either order."""
-    view = predict_upload(client, str(path), PAIR_TAB)
+    view = predict_upload(client, pair_tab, str(path))
     assert sorted(named_digits(view.status)) == sorted(path.name[:2]), view.status
 
 
 @pytest.mark.parametrize("first, second", [(1, 7), (1, 4), (4, 7)])
-def test_two_digits_drawn_over_each_other_are_both_named(client, first, second):
+def test_two_digits_drawn_over_each_other_are_both_named(client, pair_tab, first, second):
     lines = [[(x - 30, y) for x, y in line] for line in STROKES[first]]
     lines += [[(x + 30, y) for x, y in line] for line in STROKES[second]]
-    view = predict_drawing(client, brushed(lines), PAIR_TAB)
+    view = predict_drawing(client, pair_tab, brushed(lines))
     assert sorted(named_digits(view.status)) == sorted(f"{first}{second}"), view.status
 
 
-def test_pair_view_shows_the_input_the_overlay_and_each_digit(client, pair):
+def test_pair_view_shows_the_input_the_overlay_and_each_digit(pair_tab, pair):
+    assert pair_tab.view is PairView and pair_tab.look is LOOKS["digit-pair"] and pair_tab.size == MULTIMNIST_SIZE
     assert pair.status.startswith("## Digits: ") and "(red)" in pair.status and "(green)" in pair.status
     assert pair.input.size == pair.overlay.size == pair.first.size == pair.second.size == (PAIR_SIDE, PAIR_SIDE)
     assert pair.overlay.mode == pair.first.mode == pair.second.mode == "RGB"
@@ -339,33 +481,33 @@ def test_pair_view_shows_the_input_the_overlay_and_each_digit(client, pair):
     assert red[0] > red[1] and green[1] > green[0]  # the first digit drawn in red, the second in green
     assert np.asarray(pair.capsules).shape == (NUM_CLASSES, CAPSULE_DIM)
     assert pair.digit == int(named_digits(pair.status)[0])  # the red digit's capsule is the one to perturb
-    assert pair.lengths.size[0] > 0 and routing_view(client, pair.answer, PAIR_TAB).size[0] > 0
+    assert pair.lengths.size[0] > 0 and routing_view(pair_tab, pair.answer).size[0] > 0
     assert "multimnist" in pair.footer
 
 
-def test_either_pair_capsule_can_be_perturbed(client, pair):
+def test_either_pair_capsule_can_be_perturbed(client, pair_tab, pair):
     zero = [0.0] * CAPSULE_DIM
     moved = [PERTURB_LIMIT] + zero[1:]
     for digit in map(int, named_digits(pair.status)):
-        before, after = (np.asarray(perturb(client, pair.capsules, digit, *deltas, model=PAIR_TAB.model))
+        before, after = (np.asarray(perturb(client, pair.capsules, digit, *deltas, model=pair_tab.model))
                          for deltas in (zero, moved))
         assert before.shape == (PAIR_SIDE, PAIR_SIDE)
         assert np.abs(after.astype(int) - before).max() > 0, digit
 
 
-def test_fig4_tiles_of_a_pair_are_36_px(client, pair):
+def test_fig4_tiles_of_a_pair_are_36_px(client, pair_tab, pair):
     capsule = np.asarray(pair.capsules, dtype=np.float32)[pair.digit]
-    tiles = fig4_tiles(client, capsule, pair.digit, PAIR_TAB.model)
+    tiles = fig4_tiles(client, capsule, pair.digit, pair_tab.model)
     assert tiles.shape == (CAPSULE_DIM, len(OFFSETS), MULTIMNIST_SIZE, MULTIMNIST_SIZE) == (16, 11, 36, 36)
     side = 2 * MULTIMNIST_SIZE + 2  # 2x tiles + gaps
-    assert fig4(client, pair.capsules, pair.digit, PAIR_TAB.model).size == (52 + 11 * side, 24 + 16 * side)
+    assert fig4(client, pair.capsules, pair.digit, pair_tab.model).size == (52 + 11 * side, 24 + 16 * side)
 
 
-def test_fashion_examples_are_named_by_their_class(client):
+def test_fashion_examples_are_named_by_their_class(client, fashion_tab):
     """Each example's file name starts with its class index: at least 8 of the 10 are read as it."""
-    names = client.classes(FASHION_TAB.model)
+    names = fashion_tab.classes
     assert len(FASHION_EXAMPLES) == NUM_CLASSES
-    views = [predict_upload(client, str(path), FASHION_TAB) for path in FASHION_EXAMPLES]
+    views = [predict_upload(client, fashion_tab, str(path)) for path in FASHION_EXAMPLES]
     wrong = [(path.name, names[view.digit]) for path, view in zip(FASHION_EXAMPLES, views)
              if view.digit != int(path.name.split("_")[0])]
     assert len(wrong) <= 2, f"(example, predicted) for the misread garments: {wrong}"
@@ -373,33 +515,36 @@ def test_fashion_examples_are_named_by_their_class(client):
         assert view.status.startswith(f"## Prediction: **{names[view.digit]}**")
 
 
-def test_fashion_view_has_every_panel(client):
-    view = predict_upload(client, str(FASHION_EXAMPLES[0]), FASHION_TAB)
+def test_fashion_view_has_every_panel(client, fashion_tab):
+    assert fashion_tab.look is LOOKS["garment"] and not fashion_tab.look.canvas
+    view = predict_upload(client, fashion_tab, str(FASHION_EXAMPLES[0]))
     assert view.input.size == view.reconstruction.size == (224, 224)
-    assert view.lengths.size[0] > 0 and routing_view(client, view.answer, FASHION_TAB).size[0] > 0
+    assert view.lengths.size[0] > 0 and routing_view(fashion_tab, view.answer).size[0] > 0
     assert "runner-up " in view.status and "fashion-mnist" in view.footer
     zero = [0.0] * CAPSULE_DIM
     moved = [PERTURB_LIMIT] + zero[1:]
-    before, after = (np.asarray(perturb(client, view.capsules, view.digit, *deltas, model=FASHION_TAB.model))
+    before, after = (np.asarray(perturb(client, view.capsules, view.digit, *deltas, model=fashion_tab.model))
                      for deltas in (zero, moved))
     assert np.abs(after.astype(int) - before).max() > 0
 
 
-def test_capsule_choices_are_named_by_the_models_classes(client, unused_url):
-    radio = capsule_choices(client, FASHION_TAB.model)
-    assert [name for name, _ in radio.choices] == client.classes(FASHION_TAB.model)
-    assert [value for _, value in radio.choices] == list(range(NUM_CLASSES))
-    assert [name for name, _ in capsule_choices(client, PAIR_TAB.model).choices] == list(plots.DIGITS)
-    assert capsule_choices(ApiClient(unused_url, timeout_s=2.0), FASHION_TAB.model) == gr.skip()
+def test_capsule_choices_are_named_by_the_models_classes(client, uis):
+    """Each tab's radio of capsules names them as GET /models does: Fashion-MNIST's classes, digits."""
+    served = {entry["name"]: entry["classes"] for entry in client.models()["models"]}
+    for model, ui in uis.items():
+        assert [name for name, _ in ui.panel.digit.choices] == served[model]
+        assert [value for _, value in ui.panel.digit.choices] == list(range(NUM_CLASSES))
+    assert [name for name, _ in uis["fashion-mnist"].panel.digit.choices][-1] == "Ankle boot"
+    assert [name for name, _ in uis["multimnist"].panel.digit.choices] == list(plots.DIGITS)
 
 
-def test_each_tab_asks_for_its_input(client):
-    pair = predict_drawing(client, None, PAIR_TAB)
+def test_each_tab_asks_for_its_input(client, pair_tab, fashion_tab):
+    pair = predict_drawing(client, pair_tab, None)
     assert isinstance(pair, PairView) and pair.status == DRAW_TWO_DIGITS and pair.capsules is None
-    garment = predict_upload(client, None, FASHION_TAB)
+    garment = predict_upload(client, fashion_tab, None)
     assert garment.status == SHOW_A_GARMENT and garment.capsules is None
 
 
-def test_each_tabs_footer_names_its_model(client):
-    for tab in (PAIR_TAB, FASHION_TAB):
+def test_each_tabs_footer_names_its_model(client, tabs):
+    for tab in tabs.values():
         assert f"**{tab.model}**" in model_footer(client, tab.model)

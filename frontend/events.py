@@ -1,0 +1,79 @@
+"""Every event of the page, wired in one place: what starts a prediction, what follows an answer, what
+the perturbation panel redraws. Read `wire` top to bottom; the handlers are in frontend/handlers.py.
+
+Every answer is one event, and its follow-up (routing maps, perturbed capsule, Fig. 4) a second that
+waits until the browser has drawn the answer: Gradio's page does work for every event on every
+component with a progress status, so fewer events answer sooner (an example: 425 -> 229 ms here).
+"""
+from functools import partial
+
+import gradio as gr
+
+from frontend import handlers
+from frontend.client import ApiClient
+from frontend.layout import Page, TabUI
+from frontend.screen import DRAWING, UPLOAD, gated
+
+LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
+PRIVATE = dict(api_visibility="private")
+# What follows an answer (its routing maps, the perturbed capsule and Fig. 4) waits until the browser has
+# drawn the answer, so that neither its work on the server nor the page's own for a new event takes the
+# CPU the browser needs to show it. The wait is in the browser, before the event is sent: a frame for the
+# new outputs, their images loaded, another frame (at most a second).
+AFTER_PAINT = """(...inputs) => new Promise(resolve => requestAnimationFrame(() => {
+    const go = () => resolve(inputs);
+    const loading = [...document.images].filter(image => !image.complete).map(image => new Promise(loaded => {
+        image.addEventListener('load', loaded, {once: true});
+        image.addEventListener('error', loaded, {once: true});
+    }));
+    Promise.all(loading).then(() => requestAnimationFrame(() => setTimeout(go)));
+    setTimeout(go, 1000);
+}))"""
+
+
+def wire(demo: gr.Blocks, client: ApiClient, page: Page) -> None:
+    """Connect every component's events: the page's load (the footer names the first tab's model), then
+    each tab's."""
+    demo.load(partial(handlers.show_footer, client, page.tabs[0]), None, page.footer, api_name="model")
+    for ui in page.tabs:
+        wire_tab(client, ui)
+
+
+def wire_tab(client: ApiClient, ui: TabUI) -> None:
+    """One model's tab: its answers, their follow-up, the perturbation panel and the footer."""
+    inputs, panel, api = ui.inputs, ui.panel, ui.tab.prefix.replace("-", "_")
+    answers = list(ui.outputs.values())
+    follow = dict(fn=partial(handlers.follow_up, client, ui), inputs=[ui.screen, ui.answer, *panel.sliders],
+                  outputs=[ui.routing, panel.perturbed, panel.grid], show_progress="hidden", js=AFTER_PAINT)
+    drawn, uploaded = partial(handlers.answer_drawing, client, ui), partial(handlers.answer_upload, client, ui)
+    ask = partial(handlers.ask, ui)
+    if inputs.pad is not None:  # .input fires as each stroke ends
+        # A stroke and the Predict click are one event, so the browser runs them in turn: a click during a
+        # stroke's prediction waits and then reads the canvas as it is by then.
+        gr.on([inputs.pad.input, inputs.button.click], gated(drawn, DRAWING), [ui.screen, inputs.pad], answers,
+              **LIVE, api_name=f"{api}predict_drawing").then(**follow)
+        inputs.pad.clear(gated(ask, DRAWING, switch=True), [ui.screen], answers, **PRIVATE).then(**follow)
+        # The tab in view answers: switching to Draw reads the drawing (or asks for one), to Upload the image.
+        inputs.draw_tab.select(gated(drawn, DRAWING, tab_select=True), [ui.screen, inputs.pad], answers,
+                               **LIVE, **PRIVATE).then(**follow)
+        inputs.upload_tab.select(gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers,
+                                 **LIVE, **PRIVATE).then(**follow)
+    # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
+    inputs.upload.upload(gated(uploaded, UPLOAD, switch=True), [ui.screen, inputs.upload], answers, **LIVE,
+                         api_name=f"{api}predict_upload").then(**follow)
+    # A cleared upload asks again without reading the upload: after an example, its clear event can still
+    # carry the example's file.
+    inputs.upload.clear(gated(ask, UPLOAD, switch=True), [ui.screen], answers, **LIVE, **PRIVATE).then(**follow)
+    shows_example = [inputs.tabs, inputs.upload] if inputs.tabs is not None else [inputs.upload]
+    inputs.examples.click(gated(partial(handlers.answer_example, client, ui), UPLOAD, switch=True),
+                          [ui.screen, inputs.examples], [*shows_example, *answers], **LIVE, **PRIVATE).then(**follow)
+
+    # The perturbation panel: a capsule picked or a slider let go redraws; a new answer's follow-up does too.
+    redraw = dict(fn=partial(handlers.redraw, client, ui), inputs=[ui.capsules, panel.digit, *panel.sliders],
+                  outputs=panel.perturbed)
+    regrid = dict(fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid)
+    panel.digit.input(**redraw, **LIVE).then(**regrid)
+    gr.on([slider.release for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
+    panel.reset.click(partial(handlers.reset_sliders, ui), None, panel.sliders, **PRIVATE).then(**redraw)
+
+    ui.page.select(partial(handlers.show_footer, client, ui), None, ui.footer, show_progress="hidden", **PRIVATE)

@@ -1,0 +1,199 @@
+"""The page: an introduction, a tab per served model and the footer, built by small functions that
+return their components. No events here: frontend/events.py wires them all in one place."""
+from typing import NamedTuple
+
+import gradio as gr
+
+from frontend.pad import drawing_pad
+from frontend.screen import DRAWING, UPLOAD, Screen
+from frontend.tabs import Tab
+from frontend.views import PairView
+from model.contract import CAPSULE_DIM, NUM_CLASSES, PERTURB_LIMIT, PERTURB_STEP, primary_grid
+
+CANVAS = 400  # px, square
+# The pen's radius on the drawing pad (frontend.pad): a 28 px pen is MNIST's median stroke for a digit
+# about 250 px tall, and within MNIST's range of widths (contract.STROKE_RANGE) for any digit taller than
+# 120 px on this canvas, so the API need not reshape it. The canvas is white paper with a black pen
+# whatever the theme, and the API reads the ink from alpha.
+BRUSH_RADIUS = 14
+CSS = """
+.status { min-height: 4.5em; }
+.pixels img { image-rendering: pixelated; }
+"""
+
+
+def intro(tabs: list[Tab]) -> str:
+    """The page's introduction: the capsules, then each tab's model and what it reads."""
+    models = " ".join(f"**{tab.title}** (`{tab.model}`): {tab.task}{tab.look.about}." for tab in tabs)
+    return f"""# CapsNet: draw or upload, watch the capsules
+Each of the {NUM_CLASSES} class capsules is a {CAPSULE_DIM}-D vector; its **length** says whether that
+class is present and its **direction** says how it is drawn. The decoder redraws the input from the
+winning capsule alone. Move the sliders to change one dimension at a time, as in section 5.1 of
+[Dynamic Routing Between Capsules](https://arxiv.org/abs/1710.09829).
+
+{models}
+"""
+
+
+def picture(label: str, elem_id: str) -> gr.Image:
+    """A model-sized image (input, reconstruction), shown crisp."""
+    return gr.Image(label=label, format="png", height=200, buttons=[], elem_id=elem_id, elem_classes="pixels")
+
+
+def upload_tab_id(tab: Tab) -> str:
+    return f"{tab.prefix}upload-tab"
+
+
+class Inputs(NamedTuple):
+    """A tab's inputs: the drawing pad and its Predict button in a Draw tab, beside an Upload tab (tabs with
+    a pad), the upload, and the examples below."""
+
+    pad: gr.HTML | None
+    button: gr.Button | None
+    tabs: gr.Tabs | None  # Draw and Upload
+    draw_tab: gr.Tab | None
+    upload_tab: gr.Tab | None
+    upload: gr.Image
+    examples: gr.Dataset
+
+
+def inputs(tab: Tab) -> Inputs:
+    look, p = tab.look, tab.prefix
+    upload = gr.Image(type="filepath", sources=["upload", "clipboard"], label=f"An image of {look.subject}",
+                      height=360, elem_id=f"{p}upload", render=False)
+    pad = button = tabs = draw_tab = upload_tab = None
+    if look.canvas:
+        with gr.Tabs(elem_id=f"{p}inputs") as tabs:
+            with gr.Tab("Draw", id=f"{p}draw") as draw_tab:
+                pad = drawing_pad(f"Draw {look.subject}", f"{p}sketch", CANVAS, BRUSH_RADIUS)
+                button = gr.Button("Predict", variant="primary")
+            with gr.Tab("Upload", id=upload_tab_id(tab)) as upload_tab:
+                upload.render()
+    else:
+        upload.render()
+    # A dataset rather than gr.Examples: a click is one event that shows the example and answers it
+    # (gr.Examples loads the example in one event and the upload's change answers in a second).
+    examples = gr.Dataset(components=[upload], samples=[[str(path)] for path in look.examples], type="index",
+                          label=look.examples_label, elem_id=f"{p}examples")
+    return Inputs(pad, button, tabs, draw_tab, upload_tab, upload, examples)
+
+
+def answer_column(tab: Tab) -> tuple[gr.Markdown, dict[str, gr.Image], gr.Image]:
+    """The status, the view's pictures two to a row (by the view's field), and the capsule lengths."""
+    status = gr.Markdown(tab.look.prompt, elem_id=f"{tab.prefix}status", elem_classes="status")
+    pictures = {}
+    shown = tab.view.PICTURES
+    for row in range(0, len(shown), 2):
+        with gr.Row():
+            pictures |= {field: picture(label, f"{tab.prefix}{name}") for field, label, name in shown[row:row + 2]}
+    lengths = gr.Image(label="Capsule lengths", format="png", buttons=[], elem_id=f"{tab.prefix}lengths")
+    return status, pictures, lengths
+
+
+def routing_column(tab: Tab) -> gr.Image:
+    grid, noun = primary_grid(tab.size), tab.look.noun
+    first = "The predicted digits come first." if tab.view is PairView else f"The predicted {noun} comes first."
+    gr.Markdown(
+        f"### Routing\nWhere the votes went: for each {noun}, the {grid}x{grid} PrimaryCaps grid weighted by the "
+        "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. " + first
+    )
+    return gr.Image(label="Routing maps", format="png", show_label=False, buttons=["fullscreen"],
+                    elem_id=f"{tab.prefix}routing")
+
+
+class Panel(NamedTuple):
+    """The perturbation panel: the capsule to perturb, a delta per dimension, and what they redraw."""
+
+    digit: gr.Radio  # the capsule to perturb, named by the model's classes
+    reset: gr.Button
+    sliders: list[gr.Slider]  # one delta per dimension
+    perturbed: gr.Image
+    grid: gr.Image  # Fig. 4
+
+
+def perturbation_panel(tab: Tab) -> Panel:
+    """The chosen capsule, its 16 sliders, a reset, the perturbed drawing and the Fig. 4 grid."""
+    p, noun = tab.prefix, tab.look.noun
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=360):
+            gr.Markdown(
+                f"### Perturb the capsule\nEach slider adds a delta to one of the {CAPSULE_DIM} dimensions of the "
+                f"chosen {noun} capsule; the decoder redraws it when you let go."
+            )
+            with gr.Row():
+                with gr.Column(min_width=200):
+                    digit = gr.Radio(choices=[(name, j) for j, name in enumerate(tab.classes)],
+                                     label=f"Decode the capsule of {noun}", info=tab.look.pick_info,
+                                     elem_id=f"{p}capsule")
+                    reset = gr.Button("Reset sliders")
+                perturbed = picture("Perturbed", f"{p}perturbed")
+            sliders = []
+            with gr.Row():
+                for column in range(2):
+                    with gr.Column(min_width=200):
+                        for k in range(column * CAPSULE_DIM // 2, (column + 1) * CAPSULE_DIM // 2):
+                            sliders.append(gr.Slider(-PERTURB_LIMIT, PERTURB_LIMIT, value=0.0, step=PERTURB_STEP,
+                                                     label=f"dim {k + 1}", elem_id=f"{p}dim-{k + 1}"))
+        with gr.Column(scale=4, min_width=360):
+            gr.Markdown(
+                "### Fig. 4: every dimension at once\nRow d adds −0.25 … +0.25 (steps of 0.05) to dimension d "
+                "of the chosen capsule, as in the paper's Fig. 4."
+            )
+            grid = gr.Image(label="Dimension perturbations", format="png", show_label=False,
+                            buttons=["fullscreen", "download"], elem_id=f"{p}grid")
+    return Panel(digit, reset, sliders, perturbed, grid)
+
+
+class TabUI(NamedTuple):
+    """One model's tab on the page: its Tab, its components and its per-session state."""
+
+    tab: Tab
+    page: gr.Tab
+    inputs: Inputs
+    status: gr.Markdown
+    pictures: dict[str, gr.Image]  # by the view's field: input, reconstruction (or overlay, first, second)
+    lengths: gr.Image
+    routing: gr.Image
+    panel: Panel
+    footer: gr.Markdown  # the page's, below every tab: the model of the tab in view
+    capsules: gr.State  # of the answer on screen, for the perturbation panel
+    answer: gr.State  # the answer on screen, for its follow-up (routing maps, Fig. 4)
+    screen: gr.State  # Screen: which input is on screen and which prediction started last
+
+    @property
+    def outputs(self) -> dict[str, gr.components.Component]:
+        """The component of each field of the tab's view (views.updates)."""
+        return {"status": self.status, **self.pictures, "lengths": self.lengths, "capsules": self.capsules,
+                "digit": self.panel.digit, "footer": self.footer, "answer": self.answer}
+
+
+def model_tab(tab: Tab, footer: gr.Markdown) -> TabUI:
+    """One model's tab: inputs, the answer, the routing and the perturbation panel."""
+    with gr.Tab(tab.title, id=tab.model) as page:
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=4, min_width=360):
+                shown_inputs = inputs(tab)
+            with gr.Column(scale=5, min_width=360):
+                status, pictures, lengths = answer_column(tab)
+            with gr.Column(scale=4, min_width=360):
+                routing = routing_column(tab)
+        panel = perturbation_panel(tab)
+        # Inside the tab: a child of gr.Tabs that is not a gr.Tab (a State too) made the page add a second
+        # header for a tab when it was first selected, or show one tab's header twice and another's not at all.
+        states = gr.State(None), gr.State(None), gr.State(Screen(DRAWING if tab.look.canvas else UPLOAD))
+    return TabUI(tab, page, shown_inputs, status, pictures, lengths, routing, panel, footer, *states)
+
+
+class Page(NamedTuple):
+    tabs: list[TabUI]
+    footer: gr.Markdown
+
+
+def page(tabs: list[Tab]) -> Page:
+    """The introduction, a tab per model, and the footer below them (inside a gr.Blocks)."""
+    gr.Markdown(intro(tabs))
+    footer = gr.Markdown(elem_id="footer", render=False)  # the model of the tab in view, below every tab
+    with gr.Tabs():
+        uis = [model_tab(tab, footer) for tab in tabs]
+    footer.render()
+    return Page(uis, footer)

@@ -1,0 +1,23 @@
+"""Where the demo listens and which API it asks: typed settings read from CAPSNET_DEMO_* once."""
+from functools import lru_cache
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DemoSettings(BaseSettings):
+    """Where the demo listens and which API it asks (env: CAPSNET_DEMO_API_URL, ...)."""
+
+    model_config = SettingsConfigDict(env_prefix="CAPSNET_DEMO_", env_ignore_empty=True, extra="ignore")
+
+    api_url: str = "http://localhost:8000"
+    host: str = "127.0.0.1"  # 0.0.0.0 in a container
+    port: int = 7860
+    timeout_s: float = 10.0  # per API call; a CPU predict takes tens of milliseconds
+    # At start the demo asks the API which models it serves (GET /models), one tab each; `make demo` starts
+    # both at once and the API loads and warms every model before it listens (a minute on a busy 2-core CPU).
+    wait_s: float = 180.0
+
+
+@lru_cache
+def get_settings() -> DemoSettings:
+    return DemoSettings()

@@ -1,0 +1,138 @@
+"""Views: what one answer of the API shows, as named fields, and the same as Gradio updates keyed by component.
+
+A view is plain data (a NamedTuple), made from the API's JSON without Gradio's help and testable alone;
+`updates` hands each field to the component of the same name in a tab's layout.
+"""
+import base64
+import io
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import gradio as gr
+import numpy as np
+from PIL import Image
+
+from frontend import plots
+
+
+def decode_data_url(url: str) -> Image.Image:
+    return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+
+
+def footer_text(name: str, version: str, provider: str, api_url: str) -> str:
+    kind = "CPU" if provider.startswith("CPU") else "GPU"
+    return f"Model **{name}** · version `{version}` · runs on **{kind}** ({provider}) · API {api_url}"
+
+
+def seen_image(answer: dict[str, Any]) -> Image.Image:
+    """The image the model saw, at its input size, enlarged."""
+    return plots.digit(np.asarray(decode_data_url(answer["input"]).convert("L")))
+
+
+def marks(answer: dict[str, Any]) -> dict[int, plots.RGB]:
+    """The answered classes and their colours: the prediction, or each object of a pair (red, green)."""
+    if "objects" in answer:
+        return {int(o["digit"]): colour for o, colour in zip(answer["objects"], plots.PAIR_COLOURS)}
+    return {int(answer["prediction"]): plots.WINNER}
+
+
+def picked(answer: dict[str, Any]) -> int:
+    """The capsule a view perturbs first: the prediction, or the first object of a pair."""
+    return next(iter(marks(answer)))
+
+
+def lengths_chart(answer: dict[str, Any], names: list[str]) -> Image.Image:
+    return plots.lengths_chart(np.asarray(answer["probabilities"], dtype=np.float32), marks(answer), names)
+
+
+def routing_maps(answer: dict[str, Any], names: list[str]) -> Image.Image:
+    """The routing maps, the answered classes first, then by capsule length."""
+    lengths = np.asarray(answer["probabilities"], dtype=np.float32)
+    marked = marks(answer)
+    order = list(marked) + [int(j) for j in np.argsort(-lengths) if j not in marked]
+    maps = np.asarray(answer["routing"]["maps"], dtype=np.float32)
+    return plots.routing_heatmaps(maps, lengths, order, marked, names)
+
+
+def runner_up_and_warnings(answer: dict[str, Any]) -> str:
+    runner_up = answer["runner_up"]
+    warnings = "".join(f"\n\n⚠️ {warning}" for warning in answer["warnings"])
+    return f"runner-up {runner_up['label']} at {runner_up['length']:.3f}." + warnings
+
+
+def answer_footer(answer: dict[str, Any], api_url: str) -> str:
+    model = answer["model"]
+    return footer_text(model["name"], model["version"], model["provider"], api_url)
+
+
+class PredictView(NamedTuple):
+    """One object (a digit, a garment). What shows at once; the routing maps follow from `answer`."""
+
+    status: str
+    input: Image.Image | None  # the image the model saw, at its input size (28x28, 40x40), enlarged
+    reconstruction: Image.Image | None
+    lengths: Image.Image | None  # bar chart with m+ and m-
+    capsules: list[list[float]] | None  # (10, 16), kept in gr.State for the perturbation panel
+    digit: int | None  # the capsule to perturb: the prediction
+    footer: str | dict  # model, version and provider; gr.skip() keeps the last one
+    answer: dict[str, Any] | None  # the API's answer, kept in gr.State for the routing maps
+
+    # (field, label, elem_id) of the pictures shown above the lengths chart
+    PICTURES = (("input", "Model input", "seen"), ("reconstruction", "Reconstruction", "reconstruction"))
+
+    @classmethod
+    def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
+        prediction, label = int(answer["prediction"]), answer["label"]
+        length = answer["probabilities"][prediction]
+        status = (f"## Prediction: **{label}**\n"
+                  f"Capsule length ‖v<sub>{label}</sub>‖ = {length:.3f}; " + runner_up_and_warnings(answer))
+        reconstruction = plots.digit(np.asarray(answer["reconstruction"]["image"]))
+        return cls(status, seen_image(answer), reconstruction, lengths_chart(answer, names), answer["capsules"],
+                   picked(answer), answer_footer(answer, api_url), answer)
+
+
+class PairView(NamedTuple):
+    """Two overlapping digits (the paper's section 6 and Fig. 5)."""
+
+    status: str
+    input: Image.Image | None  # the 36x36 image the model saw
+    overlay: Image.Image | None  # both reconstructions over the dimmed input: the first red, the second green
+    first: Image.Image | None  # the first digit redrawn from its own capsule, in red
+    second: Image.Image | None  # the second, in green
+    lengths: Image.Image | None
+    capsules: list[list[float]] | None
+    digit: int | None  # the capsule to perturb: the first digit's
+    footer: str | dict
+    answer: dict[str, Any] | None
+
+    PICTURES = (("input", "Model input", "seen"), ("overlay", "Both digits redrawn (Fig. 5)", "overlay"),
+                ("first", "First digit, from its capsule", "first"),
+                ("second", "Second digit, from its capsule", "second"))
+
+    @classmethod
+    def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PairView":
+        objects = answer["objects"]
+        first, second = objects
+        status = (f"## Digits: **{first['label']}** and **{second['label']}**\n"
+                  f"Capsule lengths ‖v<sub>{first['label']}</sub>‖ = {first['length']:.3f} (red) and "
+                  f"‖v<sub>{second['label']}</sub>‖ = {second['length']:.3f} (green); "
+                  + runner_up_and_warnings(answer))
+        drawings = [plots.digit(np.asarray(o["reconstruction"]["image"]), colour=colour)
+                    for o, colour in zip(objects, plots.PAIR_COLOURS)]
+        overlay = plots.enlarge(decode_data_url(answer["overlay"]).convert("RGB"))
+        return cls(status, seen_image(answer), overlay, *drawings, lengths_chart(answer, names), answer["capsules"],
+                   picked(answer), answer_footer(answer, api_url), answer)
+
+
+View = PredictView | PairView
+VIEWS = {1: PredictView, 2: PairView}  # by the objects in one image (GET /models: objects)
+
+
+def message_view(view: type[View], status: str) -> View:
+    """Words only (nothing drawn yet, an API error): every picture blank, the footer kept."""
+    return view(status, *[None] * (len(view._fields) - 3), gr.skip(), None)
+
+
+def updates(view: View, components: Mapping[str, gr.components.Component]) -> dict[gr.components.Component, Any]:
+    """The view as Gradio updates: each field to the component of its name (a tab's `outputs`)."""
+    return {components[name]: value for name, value in view._asdict().items()}
