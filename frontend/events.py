@@ -12,7 +12,8 @@ import gradio as gr
 from frontend import handlers
 from frontend.client import ApiClient
 from frontend.layout import Page, TabUI
-from frontend.screen import DRAWING, UPLOAD, gated
+from frontend import screen
+from frontend.screen import DRAWING, UPLOAD
 
 LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
 PRIVATE = dict(api_visibility="private")
@@ -42,8 +43,9 @@ def wire(demo: gr.Blocks, client: ApiClient, page: Page) -> None:
 def wire_tab(client: ApiClient, ui: TabUI) -> None:
     """One model's tab: its answers, their follow-up, the perturbation panel and the footer."""
     inputs, panel, api = ui.inputs, ui.panel, ui.tab.prefix.replace("-", "_")
+    gated = partial(screen.gated, answer=ui.answer)  # the Screen keeps the answer each shown event gives
     answers = list(ui.outputs.values())
-    follow = dict(fn=partial(handlers.follow_up, client, ui), inputs=[ui.screen, ui.answer, *panel.sliders],
+    follow = dict(fn=partial(handlers.follow_up, client, ui), inputs=[ui.screen, *panel.sliders],
                   outputs=[ui.routing, panel.perturbed, panel.grid], show_progress="hidden", js=AFTER_PAINT)
     drawn, uploaded = partial(handlers.answer_drawing, client, ui), partial(handlers.answer_upload, client, ui)
     ask = partial(handlers.ask, ui)

@@ -118,13 +118,13 @@ def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
     return {**upload_in_view, ui.inputs.upload: path, **answer_upload(client, ui, path)}
 
 
-def follow_up(client: ApiClient, ui: TabUI, screen: Screen, answer: dict[str, Any] | None,
-              *deltas: float) -> Iterator[dict]:
+def follow_up(client: ApiClient, ui: TabUI, screen: Screen, *deltas: float) -> Iterator[dict]:
     """What follows the answer on screen, each part as soon as it is drawn: its routing maps, its capsule
     (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid. Nothing when that answer
     has been followed up already (by the follow-up of a prediction whose answer was dropped, see Screen).
-    Everything but the sliders comes from the session's state, as it is when this runs."""
-    if not screen.follow():
+    The answer is the Screen's as this runs, not the one the event was sent with."""
+    due, answer = screen.follow()
+    if not due:
         yield gr.skip()
         return
     panel, model = ui.panel, ui.tab.model

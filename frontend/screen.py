@@ -23,6 +23,7 @@ class Screen:
     def __init__(self, source: str = DRAWING) -> None:
         self.source, self.started = source, 0
         self.shown = self.followed = 0  # the tickets of the answer on screen and of the last one followed up
+        self.answer: dict[str, Any] | None = None  # the API's answer on screen (None: a prompt or an error)
         self.lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict) -> "Screen":  # gr.State copies its value for each new session
@@ -46,33 +47,36 @@ class Screen:
     def shows(self, ticket: int, source: str) -> bool:
         return ticket == self.started and source == self.source
 
-    def show(self, ticket: int, source: str) -> bool:
+    def show(self, ticket: int, source: str, answer: dict[str, Any] | None = None) -> bool:
         """Whether the answer of `ticket` shows (see shows); if it does, it is the answer on screen."""
         with self.lock:
             if not self.shows(ticket, source):
                 return False
-            self.shown = ticket
+            self.shown, self.answer = ticket, answer
             return True
 
-    def follow(self) -> bool:
-        """Whether the answer on screen still needs its follow-up (routing maps, Fig. 4); once per answer."""
+    def follow(self) -> tuple[bool, dict[str, Any] | None]:
+        """Whether the answer on screen still needs its follow-up (routing maps, Fig. 4), once per answer,
+        and that answer: taken in the same step, so a newer answer shown while a follow-up waited is the
+        one it draws (and the newer answer's own follow-up then has nothing left to do)."""
         with self.lock:
             if self.followed == self.shown:
-                return False
+                return False, None
             self.followed = self.shown
-            return True
+            return True, self.answer
 
 
-def gated(handler: Callable[..., dict], source: str, switch: bool = False,
-          tab_select: bool = False) -> Callable[..., dict]:
+def gated(handler: Callable[..., dict], source: str, switch: bool = False, tab_select: bool = False,
+          answer: Any = None) -> Callable[..., dict]:
     """An event function: `handler`'s updates (keyed by component), or none at all (gr.skip()) when the
     Screen (its first input) says they are not for what is on screen. `switch`: the event puts `source`
     on screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected again, or by
-    the page's own script after an upload, has nothing new to say)."""
+    the page's own script after an upload, has nothing new to say); `answer`: the component whose update
+    is the API's answer, which the Screen keeps for the follow-up."""
     def run(screen: Screen, *inputs: Any) -> dict:
         ticket = screen.switch(source) if tab_select else screen.start(source if switch else None)
         if ticket is None:
             return gr.skip()
         updates = handler(*inputs)
-        return updates if screen.show(ticket, source) else gr.skip()
+        return updates if screen.show(ticket, source, updates.get(answer)) else gr.skip()
     return run

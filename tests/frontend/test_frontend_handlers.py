@@ -267,16 +267,31 @@ def test_an_event_passes_its_updates_or_drops_stale_ones():
 
 def test_an_answer_on_screen_is_followed_up_once():
     """The routing maps and Fig. 4 follow the answer that showed, once; a dropped answer has none."""
-    screen, output = Screen(DRAWING), gr.Markdown()
-    assert not screen.follow()  # nothing shown yet
-    gated(lambda text: {output: text}, DRAWING)(screen, "a")
-    assert screen.follow() and not screen.follow()
+    screen, output, answer = Screen(DRAWING), gr.Markdown(), gr.State()
+    assert screen.follow() == (False, None)  # nothing shown yet
+    gated(lambda text: {output: text, answer: {"text": text}}, DRAWING, answer=answer)(screen, "a")
+    assert screen.follow() == (True, {"text": "a"}) and screen.follow() == (False, None)
 
     def overtaken(text):
         screen.start(DRAWING)
-        return {output: text}
-    gated(overtaken, DRAWING)(screen, "b")  # dropped: the answer on screen is still "a"'s
-    assert not screen.follow()
+        return {output: text, answer: {"text": text}}
+    gated(overtaken, DRAWING, answer=answer)(screen, "b")  # dropped: the answer on screen is still "a"'s
+    assert screen.follow() == (False, None)
+
+
+def test_a_follow_up_that_waited_draws_the_answer_on_screen_as_it_runs(client, uis):
+    """Two answers show before the first one's follow-up runs (it waits for the browser to paint): it draws
+    the second answer's maps, not the one its event was sent after, and the second's follow-up has nothing
+    left to do (before, the first drew the old answer and marked the new one done: its maps never came)."""
+    ui = uis["mnist"]
+    screen = Screen(DRAWING)
+    answers = {d: client.predict(EXAMPLES[d].read_bytes(), ui.tab.model) for d in (3, 7)}
+    for d in (3, 7):
+        gated(lambda d=d: {ui.answer: answers[d]}, DRAWING, answer=ui.answer)(screen)
+    parts = list(follow_up(client, ui, screen, *[0.0] * CAPSULE_DIM))
+    assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(ui.tab, answers[7])))
+    assert not np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(ui.tab, answers[3])))
+    assert list(follow_up(client, ui, screen, *[0.0] * CAPSULE_DIM)) == [gr.skip()]
 
 
 def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(client, uis):
@@ -288,14 +303,14 @@ def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(clien
         tab, panel = ui.tab, ui.panel
         screen, answer = Screen(DRAWING), client.predict(example.read_bytes(), tab.model)
         digit = int(answer["objects"][0]["digit"]) if tab.view is PairView else 7
-        gated(lambda: {ui.status: ""}, DRAWING)(screen)  # an answer shows
-        parts = list(follow_up(client, ui, screen, answer, *deltas))
+        gated(lambda: {ui.status: "", ui.answer: answer}, DRAWING, answer=ui.answer)(screen)  # an answer shows
+        parts = list(follow_up(client, ui, screen, *deltas))
         assert [list(part) for part in parts] == [[ui.routing], [panel.perturbed], [panel.grid]]
         assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(tab, answer)))
         expected = perturb(client, answer["capsules"], digit, *deltas, model=tab.model)
         assert np.array_equal(np.asarray(parts[1][panel.perturbed]), np.asarray(expected))
         assert parts[2][panel.grid].size == fig4(client, answer["capsules"], digit, tab.model).size
-        again = list(follow_up(client, ui, screen, answer, *deltas))
+        again = list(follow_up(client, ui, screen, *deltas))
         assert again == [gr.skip()]  # followed up already: no update to any output
 
 
