@@ -28,7 +28,9 @@ def main() -> None:
         sys.exit(f"cannot serve {' '.join(str(exc).split())}")
     # one process, one engine per model: concurrency comes from the event loop and the batchers, not workers
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=settings.shutdown_timeout_s, timeout_keep_alive=settings.keep_alive_s)
+                # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
+                timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
+                timeout_keep_alive=settings.keep_alive_s)
 
 
 if __name__ == "__main__":

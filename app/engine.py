@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -93,7 +93,8 @@ def select_providers(requested: list[str], explicit: bool = True) -> list[Any]:
     return [(p, PROVIDER_OPTIONS[p]) if p in PROVIDER_OPTIONS else p for p in chosen]
 
 
-def choose_precision(setting: str, card: dict, on_cpu: bool, int8_present: bool) -> str:
+def choose_precision(setting: Literal["auto", "fp32", "int8"], card: dict, on_cpu: bool,
+                     int8_present: bool) -> Literal["fp32", "int8"]:
     """The graph to run: the setting when it names one; for auto, int8 on a CPU where the model's card
     ships the int8 graph (tools/quantize.py measured it as accurate to 0.05 points, and faster)
     and the folder has it."""

@@ -16,10 +16,9 @@ C, D, S, G, P = (contract.NUM_CLASSES, contract.CAPSULE_DIM, contract.IMAGE_SIZE
 CAPSULE_LIMIT = 1000.0  # digit capsules are squashed (length < 1); the bound keeps float32 finite
 
 
-def vector(n: int, item=float, description: str | None = None):
-    return Annotated[list[item], Field(min_length=n, max_length=n, description=description)]
-
-
+# Lengths of fixed-length lists (in Annotated types): one item per class, or a capsule's D numbers
+PER_CLASS = Field(min_length=C, max_length=C)
+PER_DIM = Field(min_length=D, max_length=D)
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 Square = Annotated[list[list[Unit]], Field(description="the model's input size squared (28x28 for MNIST, 36x36 for "
                                                        "MultiMNIST), pixels in [0, 1], rows first")]
@@ -51,12 +50,12 @@ class Drawing(BaseModel):
 
 
 class Routing(BaseModel):
-    coefficients: list[vector(C)] = Field(
+    coefficients: list[Annotated[list[float], PER_CLASS]] = Field(
         description="the routing coefficients of the primary capsules x 10 classes (MNIST: 1152 = 32 types on a "
                     "6x6 grid, i = type*36 + row*6 + col; GET /models): for dynamic routing the final c_ij of Procedure 1 (each row "
                     "sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
                     "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)")
-    maps: vector(C, list[list[float]]) = Field(
+    maps: Annotated[list[list[list[float]]], PER_CLASS] = Field(
         description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of c_ij·||u_hat_j|i||: "
                     "how much of class j's evidence routing took from each place")
 
@@ -108,7 +107,8 @@ class PredictResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
     prediction: int = Field(ge=0, le=C - 1, description="the class (index) with the longest capsule")
     label: str = Field(description="its name: the digit, or a Fashion-MNIST class", examples=["7"])
-    probabilities: vector(C, Unit) = Field(description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)")
+    probabilities: Annotated[list[Unit], PER_CLASS] = Field(
+        description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)")
     runner_up: RunnerUp = Field(description="the longest capsule after the answer's (after both digits' for MultiMNIST): "
                                             "how close another answer came")
     objects: list[Object] | None = Field(None, description="a model whose images hold several objects (MultiMNIST: "
@@ -120,7 +120,8 @@ class PredictResponse(BaseModel):
                                             "above 0.5); empty when there is nothing to say",
                                 examples=[["very low contrast: the ink differs from the paper by 0.12 of the full range; "
                                            "a darker pen or more light would help"]])
-    capsules: vector(C, vector(D)) | None = Field(None, description="class capsules v_j, 10x16")
+    capsules: Annotated[list[Annotated[list[float], PER_DIM]], PER_CLASS] | None = Field(
+        None, description="class capsules v_j, 10x16")
     reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the longest capsule")
     routing: Routing | None = None
     input: str = Field(description="the image the model saw (its input size), as a PNG data URL", examples=[PNG_EXAMPLE])
@@ -128,8 +129,9 @@ class PredictResponse(BaseModel):
 
 
 # --- /reconstruct ---------------------------------------------------------------------------------
-Capsule = vector(D, Annotated[float, Field(ge=-CAPSULE_LIMIT, le=CAPSULE_LIMIT, allow_inf_nan=False, strict=True)],
-                 "a 16D digit capsule, finite numbers within ±1000")
+Capsule = Annotated[
+    list[Annotated[float, Field(ge=-CAPSULE_LIMIT, le=CAPSULE_LIMIT, allow_inf_nan=False, strict=True)]],
+    Field(min_length=D, max_length=D, description="a 16D digit capsule, finite numbers within ±1000")]
 
 
 Digit = Annotated[int, Field(ge=0, le=C - 1, strict=True, description="which digit capsule to fill (the others stay zero)")]
@@ -147,13 +149,14 @@ class ReconstructRequest(BaseModel):
         "oneOf": [{"required": ["digit", "capsule"]}, {"required": ["items"]}],
         "examples": [
             {"digit": 7, "capsule": [0.05] * D},
-            {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25] + [0.0] * (D - 1)}]},
+            {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25, *[0.0] * (D - 1)]}]},
         ]})
-    # None means "not sent" (a sent null is rejected): defaults are not validated
-    digit: Digit = None
-    capsule: Capsule = None
-    items: list[ReconstructItem] = Field(None, min_length=1, description="a batch, at most max_reconstruct_batch "
-                                                                         "items (256 by default)")
+    # None means "not sent" (a sent null is rejected): defaults are not validated. The types are what a request
+    # may send, which None is not, hence the ignores
+    digit: Digit = None  # type: ignore[assignment]  # None: not sent
+    capsule: Capsule = None  # type: ignore[assignment]  # None: not sent
+    items: list[ReconstructItem] = Field(None, min_length=1,  # type: ignore[arg-type]  # None: not sent
+                                         description="a batch, at most max_reconstruct_batch items (256 by default)")
 
     @model_validator(mode="after")
     def _one_form(self) -> "ReconstructRequest":

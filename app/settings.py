@@ -36,35 +36,36 @@ class Settings(BaseSettings):
     # the models to serve, each NAME (a shipped model: contract.SHIPPED) or NAME=DIR (a folder holding
     # capsnet.onnx, decoder.onnx and capsnet.json, as training/export.py writes it)
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(contract.SHIPPED))
-    default_model: str = Field("mnist", description="the model of /predict and /reconstruct without ?model= "
+    default_model: str = Field(default="mnist", description="the model of /predict and /reconstruct without ?model= "
                                "(the first of models when mnist is not served and this is not set)")
     providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     # fp32: capsnet.onnx; int8: capsnet.int8.onnx (tools/quantize.py); auto: int8 when the model runs
     # on the CPU and its card ships the int8 graph (as accurate to 0.05 points, and faster), else fp32
     precision: Literal["auto", "fp32", "int8"] = "auto"
-    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = its default")
+    intra_op_threads: int = Field(default=0, ge=0, description="ONNX Runtime intra-op threads; 0 = its default")
     # ORT's CPU threads busy-wait between runs by default; in a server they would starve the event
     # loop and the image decoding threads of the same cores, so they sleep unless this is set
     intra_op_spinning: bool = False
     # --- dynamic batching (Triton's max_batch_size / max_queue_delay) ----------------------------
-    max_batch: int = Field(64, ge=1, le=1024, description="1 turns batching off")
-    max_wait_ms: float = Field(2.0, ge=0.0, le=1000.0)
-    max_queue: int = Field(1024, ge=1)
-    request_deadline_s: float = Field(30.0, gt=0, description="a request still waiting for the model "
+    max_batch: int = Field(default=64, ge=1, le=1024, description="1 turns batching off")
+    max_wait_ms: float = Field(default=2.0, ge=0.0, le=1000.0)
+    max_queue: int = Field(default=1024, ge=1)
+    request_deadline_s: float = Field(default=30.0, gt=0, description="a request still waiting for the model "
                                       "after this long answers 504 (and is dropped if it has not run)")
     # --- request limits --------------------------------------------------------------------------
-    max_body_bytes: int = Field(5 * MB, ge=1024)
-    max_pixels: int = Field(40_000_000, ge=1024)
-    max_reconstruct_batch: int = Field(256, ge=1, le=4096)
+    max_body_bytes: int = Field(default=5 * MB, ge=1024)
+    max_pixels: int = Field(default=40_000_000, ge=1024)
+    max_reconstruct_batch: int = Field(default=256, ge=1, le=4096)
     # --- HTTP server -----------------------------------------------------------------------------
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"  # 0.0.0.0 in a container
-    port: int = Field(8000, ge=1, le=65535)
+    port: int = Field(default=8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    shutdown_timeout_s: float = Field(20.0, gt=0, description="graceful shutdown: in-flight requests finish first")
+    shutdown_timeout_s: float = Field(default=20.0, gt=0,
+                                      description="graceful shutdown: in-flight requests finish first")
     # above the idle timeouts of common load balancers (AWS ALB and GCP's 60 s, nginx upstream 60 s), so
     # that the balancer, not the server, closes an idle connection and never sends on a closing one
-    keep_alive_s: int = Field(75, ge=1, description="HTTP keep-alive timeout of idle connections")
+    keep_alive_s: int = Field(default=75, ge=1, description="HTTP keep-alive timeout of idle connections")
 
     @field_validator("providers", "cors_origins", "models", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.nn.grad  # conv2d_input; torch.nn does not import this module itself
 
 from model import contract
 from model.routing import (ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, digit_routing,
@@ -290,6 +291,8 @@ class CapsNet(nn.Module):
         self.config = config
         self.conv1 = nn.Conv2d(1, config.conv_chans, kernel_size=9, stride=1)
         routing = create_routing(config)
+        self.primary: PrimaryCaps | PrimaryMatrixCaps
+        self.digits: DigitCaps | MatrixDigitCaps
         if config.routing == "em":
             self.primary = PrimaryMatrixCaps(config.conv_chans, config.primary_types,
                                              config.primary_types * config.primary_dim)

@@ -98,7 +98,9 @@ def _route(u_hat: torch.Tensor, iters: int) -> tuple[list, list, list]:
         c = torch.softmax(b, dim=1)  # Eq. 3, over the parents, (B, J, I)
         s = torch.bmm(c.view(B * J, 1, I), uf).view(B, J, D)  # Eq. 2
         v = squash(s)  # Eq. 1
-        cs.append(c), ss.append(s), vs.append(v)
+        cs.append(c)
+        ss.append(s)
+        vs.append(v)
         if r < iters - 1:
             b = b + torch.bmm(uf, v.view(B * J, D, 1)).view(B, J, I)  # agreement a_ij = u_hat . v_j
     return cs, ss, vs
@@ -123,19 +125,23 @@ def _route_backward(u_hat, cs, ss, vs, grad_v, grad_c) -> torch.Tensor:
     B, J, I, D = u_hat.shape
     R = len(cs)
     uf = u_hat.view(B * J, I, D)
-    left, right = [], []  # d L / d u_hat = sum_k left_k (B, J, I) outer right_k (B, J, D)
-    grad_b = None  # d L / d b^{r+1}, which flows back through b^{r+1} = b^r + a^r
+    left: list[torch.Tensor] = []  # d L / d u_hat = sum_k left_k (B, J, I) outer right_k (B, J, D)
+    right: list[torch.Tensor] = []
+    grad_b: torch.Tensor | None = None  # d L / d b^{r+1}, which flows back through b^{r+1} = b^r + a^r
     for r in reversed(range(R)):
         if r == R - 1:
             g_v = grad_v if grad_v is not None else torch.zeros_like(vs[r])
         else:  # v^r reaches the loss only through the agreement a^r = u_hat . v^r, whose gradient is grad_b
+            assert grad_b is not None  # set by iteration r + 1, taken before this one
             g_v = torch.bmm(grad_b.view(B * J, 1, I), uf).view(B, J, D)
-            left.append(grad_b), right.append(vs[r])
+            left.append(grad_b)
+            right.append(vs[r])
         g_s = _squash_backward(ss[r], g_v)
         g_c = torch.bmm(uf, g_s.view(B * J, D, 1)).view(B, J, I)  # from s = sum_i c_ij u_hat
         if r == R - 1 and grad_c is not None:
             g_c = g_c + grad_c
-        left.append(cs[r]), right.append(g_s)
+        left.append(cs[r])
+        right.append(g_s)
         c = cs[r]
         g_b = c * (g_c - (c * g_c).sum(dim=1, keepdim=True))  # through the softmax over the parents
         grad_b = g_b if grad_b is None else g_b + grad_b
@@ -456,6 +462,7 @@ class QPRouting(nn.Module):
 
     Inference is one weighted sum: no iterations, no softmax.
     """
+    b: torch.Tensor  # (N_in, N_out), the buffer registered in __init__
 
     def __init__(self, num_in: int = 1152, num_out: int = 10, penalty: str = "l2", lam: float = 1e-3):
         super().__init__()

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -43,16 +44,24 @@ FASHION = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shi
 # 20 px box; MultiMNIST's 23, the median longer side of the union of the two digits' ink over
 # training-like pairs (two 20 px MNIST digits, each shifted by up to 4 px); Fashion-MNIST's products fill
 # the 28 px frame (their longest edge resized to 28).
-SERVED = {
-    "mnist": dict(task="one handwritten digit", preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX),
-                  classes=DIGITS, objects=1),
-    "fashion-mnist": dict(task="one garment or accessory on a plain background (Fashion-MNIST's classes)",
-                          preprocessing=Preprocessing(kind="garment", ink_box=28), classes=FASHION, objects=1),
-    "multimnist": dict(task="two overlapping handwritten digits (section 6)",
-                       preprocessing=Preprocessing(kind="digit-pair", ink_box=23), classes=DIGITS, objects=2),
-    "affine": dict(task="one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
-                        "transformations (section 5.2)",
-                   preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX), classes=DIGITS, objects=1),
+class Served(TypedDict):
+    """build_serving's arguments but the model's config."""
+    task: str
+    preprocessing: Preprocessing
+    classes: list[str]
+    objects: int
+
+
+SERVED: dict[str, Served] = {
+    "mnist": Served(task="one handwritten digit", preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX),
+                    classes=DIGITS, objects=1),
+    "fashion-mnist": Served(task="one garment or accessory on a plain background (Fashion-MNIST's classes)",
+                            preprocessing=Preprocessing(kind="garment", ink_box=28), classes=FASHION, objects=1),
+    "multimnist": Served(task="two overlapping handwritten digits (section 6)",
+                         preprocessing=Preprocessing(kind="digit-pair", ink_box=23), classes=DIGITS, objects=2),
+    "affine": Served(task="one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
+                          "transformations (section 5.2)",
+                     preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX), classes=DIGITS, objects=1),
 }
 
 
@@ -83,6 +92,9 @@ class ExportedDecoder(nn.Module):
 
     def __init__(self, model: CapsNet):
         super().__init__()
+        if model.decoder is None:
+            raise ValueError("no decoder to export: export a model trained with its decoder (without "
+                             "--no-reconstruction)")
         self.decoder = model.decoder
 
     def forward(self, capsules: torch.Tensor):
@@ -98,6 +110,7 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
         module, (example,), dynamo=True, opset_version=OPSET, input_names=list(inputs),
         output_names=list(outputs), dynamic_shapes=({0: batch},), optimize=False, verbose=False,
     )
+    assert program is not None  # dynamo=True returns the ONNXProgram (only the TorchScript exporter returns None)
     program.save(str(path))
 
 
@@ -130,7 +143,8 @@ def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
 def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
     """Write capsnet.onnx and decoder.onnx (example batch of 2 so no axis is specialised to 1), their
     weights stored as fp16 where that is lossless (store_fp16_if_lossless)."""
-    model = model.eval().cpu().to(memory_format=torch.contiguous_format)
+    model = model.eval().cpu()
+    model = model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]  # stub omits memory_format
     out_dir.mkdir(parents=True, exist_ok=True)
     size, c = model.config.image_size, model.config
     capsnet_path, decoder_path = out_dir / contract.CAPSNET_ONNX, out_dir / contract.DECODER_ONNX
@@ -193,7 +207,7 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
     """
     config = TrainConfig(**ckpt["train_config"])
     history = ckpt.get("history", [])
-    kept = next((h for h in history if h["epoch"] == ckpt["epoch"]), {})
+    kept: dict = next((h for h in history if h["epoch"] == ckpt["epoch"]), {})
     dataset = dataset or config.dataset
     shapes = contract.capsnet_shapes(ckpt["config"]["image_size"])
     card = {
@@ -267,7 +281,7 @@ def export_with_card(model: CapsNet, ckpt: dict, out_dir: Path, parity_images: n
     return card
 
 
-def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: Path | None = None,
+def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: str | Path | None = None,
                       evaluate: bool = True, triton: Path | None = None, **sections) -> dict:
     """Export a training checkpoint of an IDX dataset's model with its card (export_with_card), measured
     on the full test set.

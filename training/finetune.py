@@ -42,6 +42,7 @@ import torch
 import torch.nn as nn
 
 from model import contract
+from model.capsnet import CapsNet
 from training import cli, data, fonts
 from training.config import PRECISIONS, TrainConfig, augment
 from tools.compact import compact
@@ -99,10 +100,12 @@ class FontMix(Task):
         return Batch(data.random_shift(x, self.max_shift, generator), labels)
 
     def loss(self, model: nn.Module, batch: Batch) -> StepOut:
+        assert isinstance(model, CapsNet), "FontMix is for one process: a DDP wrapper has no loss()"
         out = model(batch.x, batch.y)  # the decoder draws the true class's capsule
         return StepOut(model.loss(out, batch.x, batch.y), out.lengths.argmax(1) == batch.y, out.votes)
 
     def validate(self, model: nn.Module) -> dict:
+        assert isinstance(model, CapsNet)
         mnist = evaluate(model, self.val, self.eval_batch_size)
         typed = evaluate(model, self.font_val, self.eval_batch_size)
         return {"acc": mnist["accuracy"], "loss": mnist["loss"], "fonts_acc": typed["accuracy"]}

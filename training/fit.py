@@ -132,7 +132,7 @@ def channels_last(model: nn.Module) -> nn.Module:
     such as DigitCaps' W)."""
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
-            module.to(memory_format=torch.channels_last)
+            module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # stub omits memory_format
     return model
 
 
@@ -159,13 +159,11 @@ def generators(seed: int, rank: int, device: str) -> dict[str, torch.Generator]:
 
 def _rng_states(gens: dict[str, torch.Generator], world: int) -> dict:
     """Generator states to checkpoint; `augment` from every rank (a collective under DDP)."""
-    augment = gens["augment"].get_state()
+    state = gens["augment"].get_state()
+    augment: list[torch.Tensor | None] = [state]
     if world > 1:
-        gathered = [None] * world
-        dist.all_gather_object(gathered, augment)
-        augment = gathered
-    else:
-        augment = [augment]
+        augment = [None] * world
+        dist.all_gather_object(augment, state)
     return {"order": gens["order"].get_state(), "augment": augment, "torch": torch.get_rng_state()}
 
 
@@ -265,6 +263,7 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
             optimizer.step()
         scheduler.step()
         if qp is not None:  # Algorithm 1, lines 7-9: ascend on b, the weights fixed
+            assert res.votes is not None, "QP routing ascends on the votes: the task's loss must return them"
             # NOTE the votes are those of the last weight step's forward, before its update:
             # one forward fewer per batch than recomputing them, one optimiser step stale.
             for _ in range(config.n_r):

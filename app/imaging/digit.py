@@ -85,7 +85,8 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     scale = min(1.0, NORM_BOX / side)
     size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
     x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
-    gate = Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=tuple(c / factor for c in box))
+    reduced_box = (box[0] / factor, box[1] / factor, box[2] / factor, box[3] / factor)  # on the reduced copy
+    gate = Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=reduced_box)
     gate = ndimage.maximum_filter(np.asarray(gate), size=2 * math.ceil(scale * factor) + 1)
     r = ink_map(x, paper, box, picture.size)
     sigma = paper_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale

@@ -54,7 +54,8 @@ def source(image: Image.Image) -> tuple[Image.Image, bool]:
     """An 8-bit grey picture to find the ink in, and whether its ink is known to be light on black
     (the alpha channel of a transparent image). Its full size is kept: only the digit's box of it is
     ever read at more than LOCATE_SIZE."""
-    if has_transparency(image) and (alpha := image.convert("RGBA").getchannel("A")).getextrema()[0] < 255:
+    alpha = image.convert("RGBA").getchannel("A") if has_transparency(image) else None
+    if alpha is not None and alpha.getextrema()[0] < 255:  # type: ignore[operator]  # one band: (min, max)
         picture, light_ink = alpha, True
     elif image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer
         grey = np.asarray(image.convert("I"), np.float32) / 257

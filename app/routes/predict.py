@@ -1,5 +1,5 @@
 """POST /predict: an image in (multipart `file` or JSON base64 `image`), the model's answer out."""
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import orjson
@@ -25,7 +25,7 @@ REQUEST_BODY = {"requestBody": {"required": True, "content": {
                                                "overlapping digits or a garment, as the model reads"}}}},
     "application/json": {"schema": PredictRequest.model_json_schema()},
 }}}
-ERRORS = {status: {"model": ErrorMessage, "description": text} for status, text in {
+ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorMessage, "description": text} for status, text in {
     400: "malformed multipart body", 404: "no such model", 413: "body or image too large",
     415: "neither multipart nor JSON", 422: "not a usable image, bad option",
     503: "the model is not ready, or too many requests are waiting"}.items()}

@@ -54,6 +54,7 @@ def trial(name: str, args: argparse.Namespace, seed: int) -> dict:
     if result_path.exists() and json.loads(result_path.read_text())["run_epochs"] == config.epochs:
         return json.loads(result_path.read_text())  # a trial that has its epochs is only read back
     _, run, test = train.train(config, model_config)
+    assert test is not None  # one process, rank 0: train returns the test result
     result = {"run_epochs": config.epochs, "epochs_run": run.epochs_run, "kept_epoch": run.kept_epoch,
               "error": 100 * (1 - test["accuracy"]), "train_seconds": run.train_seconds, "train_images": run.kept_epoch * run.images_per_epoch,
               "hardware": run.hardware, "precision": run.precision}

@@ -25,7 +25,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -135,7 +135,7 @@ def affnist_like(digits: torch.Tensor, generator: torch.Generator, size: int = C
     # grid_sample samples the input at theta @ (output point); normalised coords are pixels / (size / 2)
     A_inv = torch.linalg.inv(A)
     theta = torch.cat([A_inv, -(A_inv @ (t / (size / 2)).unsqueeze(-1))], 2)  # (B, 2, 3)
-    grid = F.affine_grid(theta, (B, 1, size, size), align_corners=False)
+    grid = F.affine_grid(theta, [B, 1, size, size], align_corners=False)
     out = F.grid_sample(x.unsqueeze(1), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     return out, Affine(rot, shear, sx, sy, t[:, 0], t[:, 1])
 
@@ -217,10 +217,10 @@ def export_shipped(checkpoint: Path, tests: dict[str, torch.Tensor], labels: tor
     card's test_accuracy is the affNIST-like set's)."""
     model, ckpt = load_checkpoint(checkpoint)
     probe = (tests["expanded MNIST"][:64, 0] * 255).round().to(torch.uint8).cpu().numpy()  # check_parity reads uint8
-    labels = labels.cpu().numpy()
+    label_array = labels.cpu().numpy()
 
     def measure(graph: Path) -> tuple[dict, dict]:
-        results = {name: evaluate_onnx(graph, x[:, 0].cpu().numpy(), labels) for name, x in tests.items()}
+        results = {name: evaluate_onnx(graph, x[:, 0].cpu().numpy(), label_array) for name, x in tests.items()}
         return results["affNIST-like"], {"expanded_mnist_accuracy": results["expanded MNIST"]["accuracy"]}
 
     return export_with_card(
@@ -261,10 +261,11 @@ def main(argv=None) -> dict:
         print(f"{name}: {params:,} parameters on {hardware(config.device)}", flush=True)
         run = fit(model, task, replace(config, out=str(args.out / name.split()[0].lower())))
         ran.append(f"{name} {run.epochs_run}")
-        model.to(memory_format=torch.contiguous_format)
+        model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]  # stub omits memory_format
         acc = {k: accuracy(model, x, splits["test"].labels) for k, x in tests.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.2f}%" for k, v in acc.items()), flush=True)
         mnist, affnist = PAPER[name]
+        run_fields: dict[str, Any]  # row()'s keywords: ints, floats and a bool
         run_fields = dict(epochs=run.kept_epoch, train_images=run.kept_epoch * run.images_per_epoch,
                           wall_seconds=run.train_seconds, reduced=run.epochs_run < 30 or bool(args.train_limit),
                           parameters=params)

@@ -136,11 +136,14 @@ class PairTask(Task):
         p = make_pairs(self.train, idx, generator, index=self.index)
         return Batch(p.images, p.labels, p.parts)
 
-    def loss(self, model: CapsNet, batch: Batch) -> StepOut:
+    def loss(self, model: torch.nn.Module, batch: Batch) -> StepOut:
+        assert isinstance(model, CapsNet), "PairTask is for one process: pair_loss needs the CapsNet, not a DDP wrapper"
+        assert batch.target is not None  # draw gives each digit's image
         loss, lengths = pair_loss(model, batch.x, batch.target, batch.y)
         return StepOut(loss, both_right(lengths, batch.y))
 
-    def validate(self, model: CapsNet) -> dict | None:
+    def validate(self, model: torch.nn.Module) -> dict | None:
+        assert isinstance(model, CapsNet)
         if len(self.val) == 0:
             return None
         val = evaluate(model, self.val, 1, self.seed + 1)
@@ -153,13 +156,14 @@ def evaluate(model: CapsNet, split: data.Split, per_digit: int = 1, seed: int = 
     """Error rate (%) on the fixed pairs of split, and the indices of the wrong pairs."""
     was_training = model.training
     model.eval()
-    right, loss_sum = [], 0.0
+    batches_right: list[torch.Tensor] = []
+    loss_sum = 0.0
     for batch in iter_pairs(split, per_digit, seed, batch_size):
         loss, lengths = pair_loss(model, batch.images, batch.parts, batch.labels)
         loss_sum += loss.item() * len(lengths)
-        right.append(both_right(lengths, batch.labels).cpu())
+        batches_right.append(both_right(lengths, batch.labels).cpu())
     model.train(was_training)
-    right = torch.cat(right)
+    right = torch.cat(batches_right)
     return {"error": 100 * (1 - right.float().mean().item()), "count": len(right), "loss": loss_sum / len(right),
             "wrong": torch.nonzero(~right).flatten().tolist()}
 
@@ -168,11 +172,11 @@ def evaluate_onnx(path: Path, split: data.Split, per_digit: int = 1, seed: int =
     """The same metric on the exported graph under ONNX Runtime (the model card's figure)."""
     import onnxruntime as ort
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    right = []
+    batches_right = []
     for batch in iter_pairs(split, per_digit, seed, batch_size):
         (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: batch.images.cpu().numpy()})
-        right.append(both_right(torch.from_numpy(lengths), batch.labels.cpu()))
-    right = torch.cat(right)
+        batches_right.append(both_right(torch.from_numpy(lengths), batch.labels.cpu()))
+    right = torch.cat(batches_right)
     wrong = torch.nonzero(~right).flatten().tolist()
     return {"accuracy": right.float().mean().item(), "errors": len(wrong), "count": len(right),
             "misclassified": wrong, "providers": sess.get_providers()}
@@ -185,6 +189,7 @@ def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    assert model.decoder is not None  # the MultiMNIST model is built with its decoder (main)
     model.eval()
     batch = next(iter_pairs(split, 1, seed, n))
     capsules, lengths, _, _ = model.forward_features(batch.images)
@@ -249,7 +254,7 @@ def main(argv=None) -> dict:
     else:
         run = fit(model, PairTask(splits, args.seed), config)
         ckpt = torch.load(args.out / "best.pt", map_location="cpu", weights_only=True)
-    model.to(memory_format=torch.contiguous_format)
+    model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]  # stub omits memory_format
     test = evaluate(model, splits["test"], args.test_pairs, args.seed + 2)
     print(f"test error (both labels right) {test['error']:.2f}% on {test['count']:,} pairs "
           f"(paper: {PAPER_ERROR}%)")
