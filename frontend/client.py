@@ -3,7 +3,6 @@
 Every failure becomes an ApiError whose message a person can act on; ApiUnreachable says the API may
 answer later (down, slow, or still loading its models).
 """
-import itertools
 import logging
 import time
 from typing import Any
@@ -86,13 +85,14 @@ class ApiClient:
 def served_models(client: ApiClient, wait_s: float, every_s: float = 1.0) -> dict[str, Any]:
     """GET /models, asked again while the API is unreachable, for at most `wait_s` seconds (the API
     listens once it has loaded its models); ApiUnreachable with the last reason after that."""
-    deadline = time.monotonic() + wait_s
-    for attempt in itertools.count():
+    deadline, waiting = time.monotonic() + wait_s, False
+    while True:
         try:
             return client.models()
         except ApiUnreachable as error:
             if time.monotonic() + every_s > deadline:
                 raise ApiUnreachable(f"No list of models (GET /models) in {wait_s:.0f} s: {error}") from None
-            if not attempt:
+            if not waiting:
                 log.info("waiting up to %.0f s for the API at %s to list its models", wait_s, client.base_url)
+            waiting = True
             time.sleep(every_s)

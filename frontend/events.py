@@ -6,6 +6,7 @@ waits until the browser has drawn the answer: Gradio's page does work for every 
 component with a progress status, so fewer events answer sooner (an example: 425 -> 229 ms here).
 """
 from functools import partial
+from typing import Any
 
 import gradio as gr
 
@@ -15,8 +16,8 @@ from frontend.layout import Page, TabUI
 from frontend import screen
 from frontend.screen import DRAWING, UPLOAD
 
-LIVE = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
-PRIVATE = dict(api_visibility="private")
+LIVE: dict[str, Any] = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
+PRIVATE: dict[str, Any] = dict(api_visibility="private")
 # What follows an answer (its routing maps, the perturbed capsule and Fig. 4) waits until the browser has
 # drawn the answer, so that neither its work on the server nor the page's own for a new event takes the
 # CPU the browser needs to show it. The wait is in the browser, before the event is sent: a frame for the
@@ -45,21 +46,22 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
     inputs, panel, api = ui.inputs, ui.panel, ui.tab.prefix.replace("-", "_")
     gated = partial(screen.gated, answer=ui.answer)  # the Screen keeps the answer each shown event gives
     answers = list(ui.outputs.values())
-    follow = dict(fn=partial(handlers.follow_up, client, ui), inputs=[ui.screen, *panel.sliders],
+    follow: dict[str, Any] = dict(fn=partial(handlers.follow_up, client, ui), inputs=[ui.screen, *panel.sliders],
                   outputs=[ui.routing, panel.perturbed, panel.grid], show_progress="hidden", js=AFTER_PAINT)
     drawn, uploaded = partial(handlers.answer_drawing, client, ui), partial(handlers.answer_upload, client, ui)
     ask = partial(handlers.ask, ui)
-    if inputs.pad is not None:  # .input fires as each stroke ends
-        # A stroke and the Predict click are one event, so the browser runs them in turn: a click during a
-        # stroke's prediction waits and then reads the canvas as it is by then.
-        gr.on([inputs.pad.input, inputs.button.click], gated(drawn, DRAWING), [ui.screen, inputs.pad], answers,
+    pad, button, draw_tab, upload_tab = inputs.pad, inputs.button, inputs.draw_tab, inputs.upload_tab
+    if pad is not None and button is not None and draw_tab is not None and upload_tab is not None:  # a Draw tab
+        # A stroke's end (the pad's .input) and the Predict click are one event, so the browser runs them in
+        # turn: a click during a stroke's prediction waits and then reads the canvas as it is by then.
+        gr.on([pad.input, button.click], gated(drawn, DRAWING), [ui.screen, pad], answers,
               **LIVE, api_name=f"{api}predict_drawing").then(**follow)
-        inputs.pad.clear(gated(ask, DRAWING, switch=True), [ui.screen], answers, **PRIVATE).then(**follow)
+        pad.clear(gated(ask, DRAWING, switch=True), [ui.screen], answers, **PRIVATE).then(**follow)
         # The tab in view answers: switching to Draw reads the drawing (or asks for one), to Upload the image.
-        inputs.draw_tab.select(gated(drawn, DRAWING, tab_select=True), [ui.screen, inputs.pad], answers,
-                               **LIVE, **PRIVATE).then(**follow)
-        inputs.upload_tab.select(gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers,
-                                 **LIVE, **PRIVATE).then(**follow)
+        draw_tab.select(gated(drawn, DRAWING, tab_select=True), [ui.screen, pad], answers,
+                        **LIVE, **PRIVATE).then(**follow)
+        upload_tab.select(gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers,
+                          **LIVE, **PRIVATE).then(**follow)
     # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
     inputs.upload.upload(gated(uploaded, UPLOAD, switch=True), [ui.screen, inputs.upload], answers, **LIVE,
                          api_name=f"{api}predict_upload").then(**follow)
@@ -71,9 +73,9 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
                           [ui.screen, inputs.examples], [*shows_example, *answers], **LIVE, **PRIVATE).then(**follow)
 
     # The perturbation panel: a capsule picked or a slider let go redraws; a new answer's follow-up does too.
-    redraw = dict(fn=partial(handlers.redraw, client, ui), inputs=[ui.capsules, panel.digit, *panel.sliders],
+    redraw: dict[str, Any] = dict(fn=partial(handlers.redraw, client, ui), inputs=[ui.capsules, panel.digit, *panel.sliders],
                   outputs=panel.perturbed)
-    regrid = dict(fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid)
+    regrid: dict[str, Any] = dict(fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid)
     panel.digit.input(**redraw, **LIVE).then(**regrid)
     gr.on([slider.release for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
     panel.reset.click(partial(handlers.reset_sliders, ui), None, panel.sliders, **PRIVATE).then(**redraw)

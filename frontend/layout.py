@@ -7,7 +7,7 @@ import gradio as gr
 from frontend.pad import drawing_pad
 from frontend.screen import DRAWING, UPLOAD, Screen
 from frontend.tabs import Tab
-from frontend.views import PairView
+from frontend.views import PICTURES, PairView
 from model.contract import CAPSULE_DIM, NUM_CLASSES, PERTURB_LIMIT, PERTURB_STEP, primary_grid
 
 CANVAS = 400  # px, square
@@ -81,8 +81,8 @@ def inputs(tab: Tab) -> Inputs:
 def answer_column(tab: Tab) -> tuple[gr.Markdown, dict[str, gr.Image], gr.Image]:
     """The status, the view's pictures two to a row (by the view's field), and the capsule lengths."""
     status = gr.Markdown(tab.look.prompt, elem_id=f"{tab.prefix}status", elem_classes="status")
-    pictures = {}
-    shown = tab.view.PICTURES
+    pictures: dict[str, gr.Image] = {}
+    shown = PICTURES[tab.view]
     for row in range(0, len(shown), 2):
         with gr.Row():
             pictures |= {field: picture(label, f"{tab.prefix}{name}") for field, label, name in shown[row:row + 2]}

@@ -33,12 +33,12 @@ HEAT = np.array(
 
 
 @lru_cache(maxsize=None)
-def font(size: int) -> ImageFont.FreeTypeFont:
+def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     """Pillow's bundled font at `size` px, loaded once (loading it costs more than drawing a chart)."""
     return ImageFont.load_default(size=size)
 
 
-def fitting_font(texts: Sequence[str], width: float, largest: int, smallest: int = 10) -> ImageFont.FreeTypeFont:
+def fitting_font(texts: Sequence[str], width: float, largest: int, smallest: int = 10) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     """The largest font, from `largest` down to `smallest` px, in which every text is at most `width` wide."""
     size = largest
     while size > smallest and max(font(size).getlength(t) for t in texts) > width:
@@ -71,11 +71,11 @@ def heat(values: np.ndarray) -> np.ndarray:
     return ((1 - t) * HEAT[low] + t * HEAT[low + 1]).round().astype(np.uint8)
 
 
-def slanted_text(image: Image.Image, xy: tuple[float, float], text: str, fnt: ImageFont.FreeTypeFont,
-                 fill: RGB) -> None:
+def slanted_text(image: Image.Image, xy: tuple[float, float], text: str,
+                 fnt: ImageFont.FreeTypeFont | ImageFont.ImageFont, fill: RGB) -> None:
     """Draw `text` rising at TILT degrees, its end at `xy` (the top right of the slanted text)."""
     right, bottom = fnt.getbbox(text)[2:]
-    label = Image.new("RGBA", (right + 2, bottom + 2), (0, 0, 0, 0))
+    label = Image.new("RGBA", (int(right) + 2, int(bottom) + 2), (0, 0, 0, 0))  # whole pixels, as Pillow's are
     ImageDraw.Draw(label).text((0, 0), text, font=fnt, fill=fill)
     label = label.rotate(TILT, expand=True, resample=Image.Resampling.BICUBIC)
     image.paste(label, (round(xy[0] - label.width), round(xy[1])), label)

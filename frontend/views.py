@@ -77,9 +77,6 @@ class PredictView(NamedTuple):
     footer: str | dict  # model, version and provider; gr.skip() keeps the last one
     answer: dict[str, Any] | None  # the API's answer, kept in gr.State for the routing maps
 
-    # (field, label, elem_id) of the pictures shown above the lengths chart
-    PICTURES = (("input", "Model input", "seen"), ("reconstruction", "Reconstruction", "reconstruction"))
-
     @classmethod
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
         prediction, label = int(answer["prediction"]), answer["label"]
@@ -105,10 +102,6 @@ class PairView(NamedTuple):
     footer: str | dict
     answer: dict[str, Any] | None
 
-    PICTURES = (("input", "Model input", "seen"), ("overlay", "Both digits redrawn (Fig. 5)", "overlay"),
-                ("first", "First digit, from its capsule", "first"),
-                ("second", "Second digit, from its capsule", "second"))
-
     @classmethod
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PairView":
         objects = answer["objects"]
@@ -120,17 +113,26 @@ class PairView(NamedTuple):
         drawings = [plots.digit(np.asarray(o["reconstruction"]["image"]), colour=colour)
                     for o, colour in zip(objects, plots.PAIR_COLOURS)]
         overlay = plots.enlarge(decode_data_url(answer["overlay"]).convert("RGB"))
-        return cls(status, seen_image(answer), overlay, *drawings, lengths_chart(answer, names), answer["capsules"],
-                   picked(answer), answer_footer(answer, api_url), answer)
+        first_drawn, second_drawn = drawings
+        return cls(status, seen_image(answer), overlay, first_drawn, second_drawn, lengths_chart(answer, names),
+                   answer["capsules"], picked(answer), answer_footer(answer, api_url), answer)
 
 
 View = PredictView | PairView
-VIEWS = {1: PredictView, 2: PairView}  # by the objects in one image (GET /models: objects)
+VIEWS: dict[int, type[View]] = {1: PredictView, 2: PairView}  # by the objects in one image (GET /models: objects)
+# (field, label, elem_id) of each view's pictures, shown above the lengths chart
+PICTURES: dict[type[View], tuple[tuple[str, str, str], ...]] = {
+    PredictView: (("input", "Model input", "seen"), ("reconstruction", "Reconstruction", "reconstruction")),
+    PairView: (("input", "Model input", "seen"), ("overlay", "Both digits redrawn (Fig. 5)", "overlay"),
+               ("first", "First digit, from its capsule", "first"),
+               ("second", "Second digit, from its capsule", "second")),
+}
 
 
 def message_view(view: type[View], status: str) -> View:
     """Words only (nothing drawn yet, an API error): every picture blank, the footer kept."""
-    return view(status, *[None] * (len(view._fields) - 3), gr.skip(), None)
+    blank = dict.fromkeys(view._fields)
+    return view(**{**blank, "status": status, "footer": gr.skip()})
 
 
 def updates(view: View, components: Mapping[str, gr.components.Component]) -> dict[gr.components.Component, Any]:

@@ -19,8 +19,10 @@ The OpenAPI document has one infer operation per served graph, with that graph's
 """
 import math
 import re
+from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -72,7 +74,7 @@ def error(message: str, status: int) -> JSONResponse:
 DECODER = "_decoder"
 
 
-def session_of(engines: Engines, name: str) -> tuple[Engine, object]:
+def session_of(engines: Engines, name: str) -> tuple[Engine, ort.InferenceSession]:
     """The engine and ONNX Runtime session a protocol model name stands for (NAME or NAME_decoder)."""
     base = name.removesuffix(DECODER)
     if base not in engines.names:
@@ -259,10 +261,11 @@ def parse(raw: bytes, content_type: str | None, header_length: str | None, sessi
 
 def answer(name: str, version: str, body: dict, results: dict, wanted: list[tuple[str, bool]]) -> Response:
     """The response: JSON, then the binary outputs' bytes (CPU work: run off the event loop)."""
-    outputs, chunks = [], []
+    outputs: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
     for out_name, as_binary in wanted:
         array = np.ascontiguousarray(results[out_name], dtype="<f4")
-        entry = {"name": out_name, "datatype": "FP32", "shape": list(array.shape)}
+        entry: dict[str, Any] = {"name": out_name, "datatype": "FP32", "shape": list(array.shape)}
         if as_binary:
             chunks.append(array.tobytes())
             entry["parameters"] = {"binary_data_size": len(chunks[-1])}
