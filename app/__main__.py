@@ -3,6 +3,7 @@
 Every configured model (CAPSNET_MODELS) is loaded and warmed up before the server opens its port: a
 model that cannot load or run ends the process with exit status 1 and one line naming it and saying
 why, for an orchestrator to see."""
+
 import logging
 import sys
 
@@ -27,10 +28,15 @@ def main() -> None:
     except Exception as exc:  # a model that cannot load or run: name it, say why in one line, exit non-zero
         sys.exit(f"cannot serve {' '.join(str(exc).split())}")
     # one process, one engine per model: concurrency comes from the event loop and the batchers, not workers
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
-                timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
-                timeout_keep_alive=settings.keep_alive_s)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
+        timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
+        timeout_keep_alive=settings.keep_alive_s,
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Wait policy (`max_wait`, Triton's max_queue_delay): a batch waits up to max_wait
 job arrived for more jobs, but only under load, i.e. when it already holds several jobs or the last
 batch did. A lone request at low load runs at once, so batching adds no latency there.
 """
+
 import asyncio
 import logging
 import queue
@@ -58,8 +59,16 @@ class DynamicBatcher:
             DeadlineError (None: no deadline).
     """
 
-    def __init__(self, run_batch: RunBatch, name: str, max_batch: int, max_wait: float, max_queue: int,
-                 metrics: EngineMetrics | None = None, deadline: float | None = None):
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        name: str,
+        max_batch: int,
+        max_wait: float,
+        max_queue: int,
+        metrics: EngineMetrics | None = None,
+        deadline: float | None = None,
+    ):
         self.run_batch, self.name, self.deadline = run_batch, name, deadline
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.metrics = metrics
@@ -88,8 +97,9 @@ class DynamicBatcher:
         try:  # cancelling the wrapper cancels a job still queued: the loop then drops it
             return await asyncio.wait_for(asyncio.wrap_future(job.future), self.deadline)
         except TimeoutError:
-            raise DeadlineError(f"the model did not answer within {self.deadline:g} s (the server is overloaded); "
-                                "retry shortly") from None
+            raise DeadlineError(
+                f"the model did not answer within {self.deadline:g} s (the server is overloaded); retry shortly"
+            ) from None
 
     # --- the batching thread ---------------------------------------------------------------------
     def _next(self, timeout: float | None):
@@ -152,7 +162,7 @@ class DynamicBatcher:
         offset = 0
         for job in jobs:
             n = len(job.x)
-            job.future.set_result([out[offset:offset + n] for out in outputs])
+            job.future.set_result([out[offset : offset + n] for out in outputs])
             if self.metrics:
                 self.metrics.queue_seconds.observe(start - job.enqueued)
             offset += n

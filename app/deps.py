@@ -1,5 +1,6 @@
 """Named dependencies: the app's settings, its engines (created once, in the lifespan) and the engine of
 the model a request names (`?model=NAME`, the default model without it); the parsing of ?include= lists."""
+
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query, Request
@@ -16,13 +17,22 @@ def get_engines(request: Request) -> Engines:
     return request.app.state.engines
 
 
-def get_engine(engines: Annotated[Engines, Depends(get_engines)], model: Annotated[str | None, Query(
-        description="the served model to use (GET /models lists them); default: the default model, mnist",
-        examples=["mnist", "multimnist", "fashion-mnist"], max_length=64)] = None) -> Engine:
+def get_engine(
+    engines: Annotated[Engines, Depends(get_engines)],
+    model: Annotated[
+        str | None,
+        Query(
+            description="the served model to use (GET /models lists them); default: the default model, mnist",
+            examples=["mnist", "multimnist", "fashion-mnist"],
+            max_length=64,
+        ),
+    ] = None,
+) -> Engine:
     name = engines.default if model is None else model
     if name not in engines.names:
-        raise HTTPException(404, f"no model is called {name!r} here; this server serves {', '.join(engines.names)} "
-                                 "(GET /models)")
+        raise HTTPException(
+            404, f"no model is called {name!r} here; this server serves {', '.join(engines.names)} (GET /models)"
+        )
     engine = engines[name]
     if not engine.ready:
         raise HTTPException(503, f"model {name} is not ready: {engine.state}")
@@ -36,8 +46,9 @@ def parse_include(include: str | None, options: tuple[str, ...]) -> set[str]:
     parts = {part.strip() for part in include.split(",") if part.strip()}
     unknown = sorted(parts - set(options))
     if unknown:
-        raise HTTPException(422, f"include has unknown part(s) {', '.join(unknown)}; choose from "
-                                 f"{', '.join(options)} (comma separated)")
+        raise HTTPException(
+            422, f"include has unknown part(s) {', '.join(unknown)}; choose from {', '.join(options)} (comma separated)"
+        )
     return parts
 
 

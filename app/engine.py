@@ -11,6 +11,7 @@ gets logged and shown. A warm-up run at
 batch 1 and max_batch precedes readiness (cuDNN picks its conv algorithms on first sight of a
 shape; HEURISTIC search keeps that short).
 """
+
 import ctypes
 import hashlib
 import json
@@ -25,8 +26,8 @@ import onnxruntime as ort
 from app.batcher import DynamicBatcher
 from app.metrics import EngineMetrics
 from app.settings import Settings
-from model.card import read_serving
 from model import contract
+from model.card import read_serving
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +85,21 @@ def select_providers(requested: list[str], explicit: bool = True) -> list[Any]:
     if "CUDAExecutionProvider" in chosen and cuda_devices() == 0:
         chosen.remove("CUDAExecutionProvider")
         (log.warning if explicit else log.info)(
-            "CUDAExecutionProvider left out: no usable CUDA device here (no NVIDIA driver or no GPU)")
+            "CUDAExecutionProvider left out: no usable CUDA device here (no NVIDIA driver or no GPU)"
+        )
     if not chosen:
-        raise RuntimeError(f"none of the execution providers {requested} can run here; this onnxruntime "
-                           f"has {available}, and {cuda_devices()} CUDA device(s) are usable")
+        raise RuntimeError(
+            f"none of the execution providers {requested} can run here; this onnxruntime "
+            f"has {available}, and {cuda_devices()} CUDA device(s) are usable"
+        )
     if "CUDAExecutionProvider" in chosen and hasattr(ort, "preload_dlls"):
         ort.preload_dlls()  # CUDA/cuDNN from the pip `nvidia-*` wheels; the driver comes from the host
     return [(p, PROVIDER_OPTIONS[p]) if p in PROVIDER_OPTIONS else p for p in chosen]
 
 
-def choose_precision(setting: Literal["auto", "fp32", "int8"], card: dict, on_cpu: bool,
-                     int8_present: bool) -> Literal["fp32", "int8"]:
+def choose_precision(
+    setting: Literal["auto", "fp32", "int8"], card: dict, on_cpu: bool, int8_present: bool
+) -> Literal["fp32", "int8"]:
     """The graph to run: the setting when it names one; for auto, int8 on a CPU where the model's card
     ships the int8 graph (tools/quantize.py measured it as accurate to 0.05 points, and faster)
     and the folder has it."""
@@ -122,8 +127,12 @@ class Engine:
         self.spec = read_serving(self.card, f"{self.directory} (model {name})")
         self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
         first = self._providers[0] if isinstance(self._providers[0], str) else self._providers[0][0]
-        self.precision = choose_precision(settings.precision, self.card, first == "CPUExecutionProvider",
-                                          (self.directory / contract.CAPSNET_INT8_ONNX).is_file())
+        self.precision = choose_precision(
+            settings.precision,
+            self.card,
+            first == "CPUExecutionProvider",
+            (self.directory / contract.CAPSNET_INT8_ONNX).is_file(),
+        )
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
         self.capsnet = self._session(self.capsnet_file)
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
@@ -131,16 +140,30 @@ class Engine:
         self._check_contract()
         self.output_names = list(contract.CAPSNET_OUTPUTS)
         self.providers = self.capsnet.get_providers()
-        log.info("model %s %s (%s) loaded from %s; execution providers in use: %s", name, self.version,
-                 self.precision, self.directory / self.capsnet_file, self.providers)
+        log.info(
+            "model %s %s (%s) loaded from %s; execution providers in use: %s",
+            name,
+            self.version,
+            self.precision,
+            self.directory / self.capsnet_file,
+            self.providers,
+        )
         if self.providers[0] != first:  # onnxruntime could not start it and fell back
             log.warning("%s was asked for first but the session runs on %s", first, self.providers[0])
         wait = settings.max_wait_ms / 1000
         deadline = settings.request_deadline_s
-        self._capsnet_batcher = DynamicBatcher(self._run_capsnet, name, settings.max_batch, wait,
-                                               settings.max_queue, metrics, deadline)
-        self._decoder_batcher = DynamicBatcher(self._run_decoder, f"{name}_decoder", settings.max_reconstruct_batch,
-                                               wait, settings.max_queue, metrics, deadline)
+        self._capsnet_batcher = DynamicBatcher(
+            self._run_capsnet, name, settings.max_batch, wait, settings.max_queue, metrics, deadline
+        )
+        self._decoder_batcher = DynamicBatcher(
+            self._run_decoder,
+            f"{name}_decoder",
+            settings.max_reconstruct_batch,
+            wait,
+            settings.max_queue,
+            metrics,
+            deadline,
+        )
         self._warmer = threading.Thread(target=self._warm_up_logged, name=f"warm-up-{name}", daemon=True)
         self.ready = False
         self.state = "loaded, not warmed up"
@@ -171,24 +194,36 @@ class Engine:
         with the card's sizes (input size, primary capsules, class capsules)."""
         spec, n = self.spec, contract.BATCH
         s, p, c, d = spec.size, spec.primary_capsules.count, spec.class_capsules.count, spec.class_capsules.dim
-        want = {contract.IMAGE: [1, s, s], contract.LENGTHS: [c], contract.CAPSULES: [c, d],
-                contract.ROUTING: [p, c], contract.RECONSTRUCTION: [s, s], contract.VOTE_LENGTHS: [p, c]}
-        graphs = {"capsnet": (self.capsnet, list(contract.CAPSNET_INPUTS), contract.CAPSNET_OUTPUTS),
-                  "decoder": (self.decoder, list(contract.DECODER_INPUTS), contract.DECODER_OUTPUTS)}
+        want = {
+            contract.IMAGE: [1, s, s],
+            contract.LENGTHS: [c],
+            contract.CAPSULES: [c, d],
+            contract.ROUTING: [p, c],
+            contract.RECONSTRUCTION: [s, s],
+            contract.VOTE_LENGTHS: [p, c],
+        }
+        graphs = {
+            "capsnet": (self.capsnet, list(contract.CAPSNET_INPUTS), contract.CAPSNET_OUTPUTS),
+            "decoder": (self.decoder, list(contract.DECODER_INPUTS), contract.DECODER_OUTPUTS),
+        }
         problems = []
         for graph, (session, inputs, required) in graphs.items():
             nodes = {node.name: node.shape for node in session.get_inputs() + session.get_outputs()}
             names = [node.name for node in session.get_inputs()]
             if names != inputs or any(name not in nodes for name in required):
-                problems.append(f"{graph} has {names} -> {[o.name for o in session.get_outputs()]}, the contract "
-                                f"says {inputs} -> {list(required)}")
+                problems.append(
+                    f"{graph} has {names} -> {[o.name for o in session.get_outputs()]}, the contract "
+                    f"says {inputs} -> {list(required)}"
+                )
                 continue
             for name, shape in nodes.items():
                 if name in want and list(shape[1:]) != want[name]:
                     problems.append(f"{graph}'s {name} is {[n, *shape[1:]]}, the card says {[n, *want[name]]}")
         if problems:
-            raise ValueError(f"the ONNX files in {self.directory} (model {self.name}) do not match model/contract.py "
-                             f"and their card: {'; '.join(problems)}")
+            raise ValueError(
+                f"the ONNX files in {self.directory} (model {self.name}) do not match model/contract.py "
+                f"and their card: {'; '.join(problems)}"
+            )
 
     # --- running ---------------------------------------------------------------------------------
     def _run_capsnet(self, images: np.ndarray) -> list[np.ndarray]:
@@ -204,7 +239,9 @@ class Engine:
     async def predict_many(self, images: np.ndarray) -> list[Outputs]:
         """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests."""
         outputs = await self._capsnet_batcher.submit(images[:, None].astype(np.float32))
-        return [{name: out[k] for name, out in zip(self.output_names, outputs)} for k in range(len(images))]
+        return [
+            {name: out[k] for name, out in zip(self.output_names, outputs, strict=True)} for k in range(len(images))
+        ]
 
     async def reconstruct(self, classes: np.ndarray, capsules: np.ndarray) -> np.ndarray:
         """Classes (n,) and their 16D capsules (n, 16) -> decoder images (n, size, size).
@@ -225,7 +262,7 @@ class Engine:
         """Raw graph tensors through that graph's batcher (the Open Inference Protocol's infer): the
         CapsNet's images (n, 1, H, W) or the decoder's masked capsules (n, 10, 16) -> its outputs."""
         batcher = self._capsnet_batcher if session is self.capsnet else self._decoder_batcher
-        return dict(zip(self.outputs_of(session), await batcher.submit(x)))
+        return dict(zip(self.outputs_of(session), await batcher.submit(x), strict=True))
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:

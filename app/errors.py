@@ -1,4 +1,5 @@
 """Exception handlers: every client mistake is a 4xx with {"detail": "<a sentence>"}."""
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse

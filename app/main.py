@@ -3,6 +3,7 @@
 $ python -m app                       # uvicorn on CAPSNET_HOST:CAPSNET_PORT (127.0.0.1:8000)
 $ curl -F file=@digit.png localhost:8000/predict
 """
+
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -64,8 +65,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["*"], expose_headers=[REQUEST_ID])
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["*"],
+            expose_headers=[REQUEST_ID],
+        )
     for module in (predict, reconstruct, models, health, inference_protocol):
         app.include_router(module.router)
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document

@@ -3,6 +3,7 @@
 Each app gets its own CollectorRegistry, so several apps (tests, the benchmark) can live in one
 process without "duplicated timeseries" errors.
 """
+
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -19,12 +20,23 @@ class EngineMetrics:
     """What the batcher records: how big the batches are and how long they take."""
 
     def __init__(self, registry: CollectorRegistry):
-        self.batch_size = Histogram("capsnet_batch_size", "Images per ONNX Runtime run (dynamic batching)",
-                                    ["model"], buckets=BATCH_BUCKETS, registry=registry)
-        self.inference_seconds = Histogram("capsnet_inference_seconds", "Wall time of one session.run",
-                                           ["model"], buckets=SECONDS_BUCKETS, registry=registry)
-        self.queue_seconds = Histogram("capsnet_queue_seconds", "Time a request waited for its batch",
-                                       buckets=SECONDS_BUCKETS, registry=registry)
+        self.batch_size = Histogram(
+            "capsnet_batch_size",
+            "Images per ONNX Runtime run (dynamic batching)",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.inference_seconds = Histogram(
+            "capsnet_inference_seconds",
+            "Wall time of one session.run",
+            ["model"],
+            buckets=SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.queue_seconds = Histogram(
+            "capsnet_queue_seconds", "Time a request waited for its batch", buckets=SECONDS_BUCKETS, registry=registry
+        )
         self.queue_depth = Gauge("capsnet_queue_depth", "Requests waiting for the batcher", registry=registry)
 
 
@@ -34,6 +46,10 @@ def setup_metrics(app: FastAPI) -> EngineMetrics:
     for collector in (ProcessCollector, PlatformCollector, GCCollector):
         collector(registry=registry)
     Instrumentator(registry=registry, excluded_handlers=["/metrics"]).instrument(app).expose(
-        app, include_in_schema=True, tags=["health"], response_class=PlainTextResponse,
-        summary="Prometheus metrics (text format): HTTP, batch sizes, inference time")
+        app,
+        include_in_schema=True,
+        tags=["health"],
+        response_class=PlainTextResponse,
+        summary="Prometheus metrics (text format): HTTP, batch sizes, inference time",
+    )
     return EngineMetrics(registry)

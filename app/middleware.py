@@ -1,4 +1,5 @@
 """Pure ASGI middleware: request ids with a last-resort 500, and a streaming body-size limit."""
+
 import logging
 import re
 import uuid
@@ -58,16 +59,20 @@ class BodyLimitMiddleware:
         self.app, self.max_bytes = app, max_bytes
 
     def _too_large(self, size: int | None = None) -> str:
-        return (f"the request body is {size:,} bytes" if size else "the request body is too large") + \
-            f"; the limit is {self.max_bytes:,} bytes"
+        return (
+            f"the request body is {size:,} bytes" if size else "the request body is too large"
+        ) + f"; the limit is {self.max_bytes:,} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            detail = (self._too_large(int(declared)) if declared.isdigit()
-                      else f"Content-Length {declared!r} is not a number of bytes")
+            detail = (
+                self._too_large(int(declared))
+                if declared.isdigit()
+                else f"Content-Length {declared!r} is not a number of bytes"
+            )
             return await JSONResponse({"detail": detail}, 413 if declared.isdigit() else 400)(scope, receive, send)
         received = 0
 

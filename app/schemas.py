@@ -3,6 +3,7 @@
 Shapes are in the schemas (min/max lengths) so that the OpenAPI document says them and
 schemathesis checks them; the examples have the real shapes.
 """
+
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -11,8 +12,13 @@ from model import contract
 
 # Every shipped model has 10 classes of 16D capsules; the image, grid and primary-capsule sizes are each
 # model's own (GET /models), so the schemas give MNIST's in examples only.
-C, D, S, G, P = (contract.NUM_CLASSES, contract.CAPSULE_DIM, contract.IMAGE_SIZE, contract.PRIMARY_GRID,
-                 contract.NUM_PRIMARY)
+C, D, S, G, P = (
+    contract.NUM_CLASSES,
+    contract.CAPSULE_DIM,
+    contract.IMAGE_SIZE,
+    contract.PRIMARY_GRID,
+    contract.NUM_PRIMARY,
+)
 CAPSULE_LIMIT = 1000.0  # digit capsules are squashed (length < 1); the bound keeps float32 finite
 
 
@@ -20,12 +26,19 @@ CAPSULE_LIMIT = 1000.0  # digit capsules are squashed (length < 1); the bound ke
 PER_CLASS = Field(min_length=C, max_length=C)
 PER_DIM = Field(min_length=D, max_length=D)
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-Square = Annotated[list[list[Unit]], Field(description="the model's input size squared (28x28 for MNIST, 36x36 for "
-                                                       "MultiMNIST), pixels in [0, 1], rows first")]
-PNG_EXAMPLE = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABwAAAAcCAAAAABXZoBIAAAAwUlEQVR42mNgGDaAEUKF"
-               "pD77sfTFHeyS9xQYGBg+X4UKPuk6w8DAwMDAAuGm6l/TMnSweCzLwPDntSTDozPIOhkYGBgYBA3PmDIw/Lh1XShnGi5nBP+9"
-               "KIRLTuzl/2AokwlDMlv0/U1cGq1//rPD6fHWf7tZcclxnv1hhVNj3b9tOOW8f3+wxCUnfPffMlxyzKf/3VbGJan2758vLjn5"
-               "B/+KGXF78Z8JLjnbT+iSSGFrw8Nw9wuKJAsy56LzO+ITGABpETyQcCy90wAAAABJRU5ErkJggg==")  # test image 0, a 7
+Square = Annotated[
+    list[list[Unit]],
+    Field(
+        description="the model's input size squared (28x28 for MNIST, 36x36 for "
+        "MultiMNIST), pixels in [0, 1], rows first"
+    ),
+]
+PNG_EXAMPLE = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABwAAAAcCAAAAABXZoBIAAAAwUlEQVR42mNgGDaAEUKF"
+    "pD77sfTFHeyS9xQYGBg+X4UKPuk6w8DAwMDAAuGm6l/TMnSweCzLwPDntSTDozPIOhkYGBgYBA3PmDIw/Lh1XShnGi5nBP+9"
+    "KIRLTuzl/2AokwlDMlv0/U1cGq1//rPD6fHWf7tZcclxnv1hhVNj3b9tOOW8f3+wxCUnfPffMlxyzKf/3VbGJan2758vLjn5"
+    "B/+KGXF78Z8JLjnbT+iSSGFrw8Nw9wuKJAsy56LzO+ITGABpETyQcCy90wAAAABJRU5ErkJggg=="
+)  # test image 0, a 7
 INCLUDE_OPTIONS = ("capsules", "reconstruction", "routing")  # /predict?include=
 DRAWING_OPTIONS = ("image", "png")  # /reconstruct?include=
 Preprocess = Literal["auto", "mnist", "none"]  # mnist: the earlier name of auto
@@ -34,8 +47,11 @@ Preprocess = Literal["auto", "mnist", "none"]  # mnist: the earlier name of auto
 # --- /predict -------------------------------------------------------------------------------------
 class PredictRequest(BaseModel):
     """JSON form of /predict (the other is multipart with a `file` field)."""
+
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"image": PNG_EXAMPLE}]})
-    image: str = Field(min_length=1, description="the image file as base64, or as a data URL (data:image/png;base64,...)")
+    image: str = Field(
+        min_length=1, description="the image file as base64, or as a data URL (data:image/png;base64,...)"
+    )
 
 
 class Reconstruction(BaseModel):
@@ -45,6 +61,7 @@ class Reconstruction(BaseModel):
 
 class Drawing(BaseModel):
     """A /reconstruct drawing: the fields its ?include= asks for (both by default)."""
+
     image: Square | None = None
     png: str | None = Field(None, description="the same image as a PNG data URL", examples=[PNG_EXAMPLE])
 
@@ -52,21 +69,27 @@ class Drawing(BaseModel):
 class Routing(BaseModel):
     coefficients: list[Annotated[list[float], PER_CLASS]] = Field(
         description="the routing coefficients of the primary capsules x 10 classes (MNIST: 1152 = 32 types on a "
-                    "6x6 grid, i = type*36 + row*6 + col; GET /models): for dynamic routing the final c_ij of Procedure 1 (each row "
-                    "sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
-                    "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)")
+        "6x6 grid, i = type*36 + row*6 + col; GET /models): for dynamic routing the final c_ij of Procedure 1 "
+        "(each row sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
+        "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)"
+    )
     maps: Annotated[list[list[list[float]]], PER_CLASS] = Field(
-        description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of c_ij·||u_hat_j|i||: "
-                    "how much of class j's evidence routing took from each place")
+        description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of "
+        "c_ij·||u_hat_j|i||: how much of class j's evidence routing took from each place"
+    )
 
 
 class ModelInfo(BaseModel):
     name: str = Field(description="the served model (?model=)", examples=["mnist"])
-    version: str = Field(description="first 12 hex digits of the sha256 of the graph that answered "
-                                     "(capsnet.onnx, or capsnet.int8.onnx: see precision)", examples=["0f9463a855b3"])
+    version: str = Field(
+        description="first 12 hex digits of the sha256 of the graph that answered "
+        "(capsnet.onnx, or capsnet.int8.onnx: see precision)",
+        examples=["0f9463a855b3"],
+    )
     provider: str = Field(description="the ONNX Runtime execution provider in use", examples=["CPUExecutionProvider"])
-    precision: Literal["fp32", "int8"] = Field(description="which graph answered: capsnet.onnx (fp32) or its "
-                                               "int8-quantised variant (CPU)")
+    precision: Literal["fp32", "int8"] = Field(
+        description="which graph answered: capsnet.onnx (fp32) or its int8-quantised variant (CPU)"
+    )
 
 
 class RunnerUp(BaseModel):
@@ -77,6 +100,7 @@ class RunnerUp(BaseModel):
 
 class Object(BaseModel):
     """One of the objects of a several-object model (MultiMNIST): a long capsule and its drawing."""
+
     digit: int = Field(ge=0, le=C - 1, description="its class (index)")
     label: str = Field(examples=["3"])
     length: float = Field(ge=0.0, le=1.0, description="its capsule length ||v_j||")
@@ -94,47 +118,70 @@ def _predict_example() -> dict:
         "warnings": [],
         "capsules": [[0.0] * D for _ in range(C)],
         "reconstruction": {"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE},
-        "routing": {"coefficients": [[0.1] * C for _ in range(P)],
-                    "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)]},
+        "routing": {
+            "coefficients": [[0.1] * C for _ in range(P)],
+            "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)],
+        },
         "input": PNG_EXAMPLE,
-        "model": {"name": "mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider",
-                  "precision": "fp32"},
+        "model": {"name": "mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider", "precision": "fp32"},
     }
 
 
 class PredictResponse(BaseModel):
     """What the model says about one image. `include` leaves out capsules, reconstruction, routing."""
+
     model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
     prediction: int = Field(ge=0, le=C - 1, description="the class (index) with the longest capsule")
     label: str = Field(description="its name: the digit, or a Fashion-MNIST class", examples=["7"])
     probabilities: Annotated[list[Unit], PER_CLASS] = Field(
-        description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)")
-    runner_up: RunnerUp = Field(description="the longest capsule after the answer's (after both digits' for MultiMNIST): "
-                                            "how close another answer came")
-    objects: list[Object] | None = Field(None, description="a model whose images hold several objects (MultiMNIST: "
-                                         "two digits): the longest capsules, longest first, each with its drawing")
-    overlay: str | None = Field(None, description="several objects: their reconstructions over the dimmed input as a "
-                                "PNG data URL, the first in red and the second in green (the paper's Fig. 5)")
-    warnings: list[str] = Field(description="sentences about an unusual input or a doubtful answer (very low "
-                                            "contrast, several shapes, no capsule longer than m- = 0.1, a runner-up "
-                                            "above 0.5); empty when there is nothing to say",
-                                examples=[["very low contrast: the ink differs from the paper by 0.12 of the full range; "
-                                           "a darker pen or more light would help"]])
+        description="capsule lengths ||v_j||, each in [0, 1], independent (not a softmax)"
+    )
+    runner_up: RunnerUp = Field(
+        description="the longest capsule after the answer's (after both digits' for MultiMNIST): "
+        "how close another answer came"
+    )
+    objects: list[Object] | None = Field(
+        None,
+        description="a model whose images hold several objects (MultiMNIST: "
+        "two digits): the longest capsules, longest first, each with its drawing",
+    )
+    overlay: str | None = Field(
+        None,
+        description="several objects: their reconstructions over the dimmed input as a "
+        "PNG data URL, the first in red and the second in green (the paper's Fig. 5)",
+    )
+    warnings: list[str] = Field(
+        description="sentences about an unusual input or a doubtful answer (very low "
+        "contrast, several shapes, no capsule longer than m- = 0.1, a runner-up "
+        "above 0.5); empty when there is nothing to say",
+        examples=[
+            [
+                "very low contrast: the ink differs from the paper by 0.12 of the full range; "
+                "a darker pen or more light would help"
+            ]
+        ],
+    )
     capsules: Annotated[list[Annotated[list[float], PER_DIM]], PER_CLASS] | None = Field(
-        None, description="class capsules v_j, 10x16")
+        None, description="class capsules v_j, 10x16"
+    )
     reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the longest capsule")
     routing: Routing | None = None
-    input: str = Field(description="the image the model saw (its input size), as a PNG data URL", examples=[PNG_EXAMPLE])
+    input: str = Field(
+        description="the image the model saw (its input size), as a PNG data URL", examples=[PNG_EXAMPLE]
+    )
     model: ModelInfo
 
 
 # --- /reconstruct ---------------------------------------------------------------------------------
 Capsule = Annotated[
     list[Annotated[float, Field(ge=-CAPSULE_LIMIT, le=CAPSULE_LIMIT, allow_inf_nan=False, strict=True)]],
-    Field(min_length=D, max_length=D, description="a 16D digit capsule, finite numbers within ±1000")]
+    Field(min_length=D, max_length=D, description="a 16D digit capsule, finite numbers within ±1000"),
+]
 
 
-Digit = Annotated[int, Field(ge=0, le=C - 1, strict=True, description="which digit capsule to fill (the others stay zero)")]
+Digit = Annotated[
+    int, Field(ge=0, le=C - 1, strict=True, description="which digit capsule to fill (the others stay zero)")
+]
 
 
 class ReconstructItem(BaseModel):
@@ -145,18 +192,26 @@ class ReconstructItem(BaseModel):
 
 class ReconstructRequest(BaseModel):
     """One capsule (`digit` + `capsule`) or a batch (`items`)."""
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "oneOf": [{"required": ["digit", "capsule"]}, {"required": ["items"]}],
-        "examples": [
-            {"digit": 7, "capsule": [0.05] * D},
-            {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25, *[0.0] * (D - 1)]}]},
-        ]})
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": ["digit", "capsule"]}, {"required": ["items"]}],
+            "examples": [
+                {"digit": 7, "capsule": [0.05] * D},
+                {"items": [{"digit": 3, "capsule": [0.0] * D}, {"digit": 3, "capsule": [0.25, *[0.0] * (D - 1)]}]},
+            ],
+        },
+    )
     # None means "not sent" (a sent null is rejected): defaults are not validated. The types are what a request
     # may send, which None is not, hence the ignores
     digit: Digit = None  # type: ignore[assignment]  # None: not sent
     capsule: Capsule = None  # type: ignore[assignment]  # None: not sent
-    items: list[ReconstructItem] = Field(None, min_length=1,  # type: ignore[arg-type]  # None: not sent
-                                         description="a batch, at most max_reconstruct_batch items (256 by default)")
+    items: list[ReconstructItem] = Field(
+        None,  # type: ignore[arg-type]  # None: not sent
+        min_length=1,
+        description="a batch, at most max_reconstruct_batch items (256 by default)",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> "ReconstructRequest":
@@ -173,8 +228,10 @@ class ReconstructRequest(BaseModel):
 
 class ReconstructResponse(BaseModel):
     """One reconstruction per requested capsule, in order, at the model's input size."""
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"items": [{"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE}]}]})
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [{"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE}]}]}
+    )
     items: list[Drawing]
 
 
@@ -200,8 +257,9 @@ class ModelEntry(BaseModel):
     preprocessing: Literal[contract.PREPROCESSING] = Field(description="what preprocess=auto does")  # type: ignore[valid-type]
     objects: int = Field(description="objects in one image, named by the longest capsules", examples=[2])
     classes: list[str] = Field(examples=[[str(d) for d in range(C)]])
-    accuracy: float | None = Field(description="held-out accuracy from the model card (see metric and test_set)",
-                                   examples=[0.8423])
+    accuracy: float | None = Field(
+        description="held-out accuracy from the model card (see metric and test_set)", examples=[0.8423]
+    )
     metric: str = Field(examples=["both labels right: the two longest capsules are the two digits' classes"])
     test_set: str
     precision: Literal["fp32", "int8"]
@@ -223,16 +281,30 @@ class Batching(BaseModel):
 
 class ModelCard(BaseModel):
     """capsnet.json (the model card written by training/export.py) plus what runs it here."""
-    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
-        {"name": "capsnet-mnist", "served_as": "mnist", "version": "0f9463a855b3", "test_accuracy": 0.9965,
-         "providers": ["CPUExecutionProvider"],
-         "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024}}]})
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "capsnet-mnist",
+                    "served_as": "mnist",
+                    "version": "0f9463a855b3",
+                    "test_accuracy": 0.9965,
+                    "providers": ["CPUExecutionProvider"],
+                    "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024},
+                }
+            ]
+        },
+    )
     name: str
     served_as: str = Field(description="what ?model= calls it here")
     version: str
     providers: list[str] = Field(description="session.get_providers(): what really runs the model")
-    precision: Literal["fp32", "int8"] = Field(description="the graph in use: version is its sha256's first 12 "
-                                               "hex digits (the card's own for fp32, int8.version for int8)")
+    precision: Literal["fp32", "int8"] = Field(
+        description="the graph in use: version is its sha256's first 12 "
+        "hex digits (the card's own for fp32, int8.version for int8)"
+    )
     batching: Batching
 
 
@@ -244,8 +316,7 @@ class ErrorMessage(BaseModel):
 # Each served graph takes its own tensor (GET /v2/models/NAME says which), so each has its own request
 # schema, made from the graph's input when the models are loaded (app/routes/inference_protocol.py
 # documents one infer operation per graph); the response is the same for all.
-def infer_request_schema(tensor: str, dims: list[int], low: float, high: float, rows: int,
-                         outputs: list[str]) -> dict:
+def infer_request_schema(tensor: str, dims: list[int], low: float, high: float, rows: int, outputs: list[str]) -> dict:
     """The JSON request of one graph's infer, as a JSON Schema: its one input `tensor` of shape
     [rows, *dims], `data` nested as the shape with numbers in [low, high], and which of `outputs` to return.
 
@@ -254,30 +325,76 @@ def infer_request_schema(tensor: str, dims: list[int], low: float, high: float, 
     value = {"type": "number", "minimum": low, "maximum": high}
     for d in reversed(dims):
         value = {"type": "array", "items": value, "minItems": d, "maxItems": d}
-    shape = {"type": "array", "prefixItems": [{"type": "integer", "minimum": 1, "maximum": rows}]
-             + [{"const": d} for d in dims], "items": False, "minItems": len(dims) + 1,
-             "description": f"[rows, {', '.join(map(str, dims))}]: rows is the number of rows in data, 1 to {rows}"}
-    data = {"type": "array", "items": value, "minItems": 1, "maxItems": rows,
-            "description": f"the tensor nested as its shape (or flat, row-major, as tritonclient sends it), numbers "
-                           f"in [{low:g}, {high:g}]"}
-    parameters = {"type": "object", "properties": {"binary_data_size": False},
-                  "description": "binary_data_size belongs to the binary form (application/octet-stream)"}
-    tensor_schema = {"type": "object", "required": ["name", "datatype", "shape", "data"], "properties": {
-        "name": {"const": tensor}, "datatype": {"const": "FP32"}, "shape": shape, "data": data,
-        "parameters": parameters}}
-    output = {"type": "object", "required": ["name"], "properties": {
-        "name": {"enum": outputs},
-        "parameters": {"type": "object", "properties": {"binary_data": {
-            "type": "boolean", "description": "return this output as bytes after the JSON response"}}}}}
+    shape = {
+        "type": "array",
+        "prefixItems": [{"type": "integer", "minimum": 1, "maximum": rows}] + [{"const": d} for d in dims],
+        "items": False,
+        "minItems": len(dims) + 1,
+        "description": f"[rows, {', '.join(map(str, dims))}]: rows is the number of rows in data, 1 to {rows}",
+    }
+    data = {
+        "type": "array",
+        "items": value,
+        "minItems": 1,
+        "maxItems": rows,
+        "description": f"the tensor nested as its shape (or flat, row-major, as tritonclient sends it), numbers "
+        f"in [{low:g}, {high:g}]",
+    }
+    parameters = {
+        "type": "object",
+        "properties": {"binary_data_size": False},
+        "description": "binary_data_size belongs to the binary form (application/octet-stream)",
+    }
+    tensor_schema = {
+        "type": "object",
+        "required": ["name", "datatype", "shape", "data"],
+        "properties": {
+            "name": {"const": tensor},
+            "datatype": {"const": "FP32"},
+            "shape": shape,
+            "data": data,
+            "parameters": parameters,
+        },
+    }
+    output = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {"enum": outputs},
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "binary_data": {
+                        "type": "boolean",
+                        "description": "return this output as bytes after the JSON response",
+                    }
+                },
+            },
+        },
+    }
     return {
-        "title": f"InferRequest[{tensor}]", "type": "object", "required": ["inputs"], "properties": {
+        "title": f"InferRequest[{tensor}]",
+        "type": "object",
+        "required": ["inputs"],
+        "properties": {
             "id": {"type": "string", "description": "returned as the response's id"},
-            "parameters": {"type": "object", "properties": {"binary_data_output": {
-                "type": "boolean", "description": "every output as bytes after the JSON response, unless an "
-                                                  "output says otherwise"}}},
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "binary_data_output": {
+                        "type": "boolean",
+                        "description": "every output as bytes after the JSON response, unless an output says otherwise",
+                    }
+                },
+            },
             "inputs": {"type": "array", "items": tensor_schema, "minItems": 1, "maxItems": 1},
-            "outputs": {"type": "array", "items": output,
-                        "description": f"the outputs to return (default: all of {', '.join(outputs)}, as JSON)"}}}
+            "outputs": {
+                "type": "array",
+                "items": output,
+                "description": f"the outputs to return (default: all of {', '.join(outputs)}, as JSON)",
+            },
+        },
+    }
 
 
 class InferOutput(BaseModel):
@@ -285,13 +402,15 @@ class InferOutput(BaseModel):
     datatype: Literal["FP32"]
     shape: list[int] = Field(examples=[[1, C]])
     data: list[float] | None = Field(None, description="the tensor's values, flat, row-major (a JSON output)")
-    parameters: dict[str, int] | None = Field(None, description="a binary output: {\"binary_data_size\": its bytes "
-                                                                "in the body after the JSON response}")
+    parameters: dict[str, int] | None = Field(
+        None, description='a binary output: {"binary_data_size": its bytes in the body after the JSON response}'
+    )
 
 
 class InferResponse(BaseModel):
     """The outputs asked for, in order; binary ones follow the JSON in the body (application/octet-stream,
     the JSON's length in Inference-Header-Content-Length)."""
+
     model_name: str = Field(examples=["mnist"])
     model_version: str = Field(description="first 12 hex digits of the graph's sha256", examples=["969925246d42"])
     id: str | None = Field(None, description="the request's id, when it sent one")

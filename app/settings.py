@@ -4,6 +4,7 @@ List settings take JSON or a comma list: CAPSNET_PROVIDERS=CPUExecutionProvider,
 CAPSNET_CORS_ORIGINS='["http://localhost:7860"]'. Bad values stop start-up with a message
 (full-stack-fastapi-template's "typed settings that fail loudly").
 """
+
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -36,8 +37,11 @@ class Settings(BaseSettings):
     # the models to serve, each NAME (a shipped model: contract.SHIPPED) or NAME=DIR (a folder holding
     # capsnet.onnx, decoder.onnx and capsnet.json, as training/export.py writes it)
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(contract.SHIPPED))
-    default_model: str = Field(default="mnist", description="the model of /predict and /reconstruct without ?model= "
-                               "(the first of models when mnist is not served and this is not set)")
+    default_model: str = Field(
+        default="mnist",
+        description="the model of /predict and /reconstruct without ?model= "
+        "(the first of models when mnist is not served and this is not set)",
+    )
     providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     # fp32: capsnet.onnx; int8: capsnet.int8.onnx (tools/quantize.py); auto: int8 when the model runs
     # on the CPU and its card ships the int8 graph (as accurate to 0.05 points, and faster), else fp32
@@ -50,8 +54,12 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=64, ge=1, le=1024, description="1 turns batching off")
     max_wait_ms: float = Field(default=2.0, ge=0.0, le=1000.0)
     max_queue: int = Field(default=1024, ge=1)
-    request_deadline_s: float = Field(default=30.0, gt=0, description="a request still waiting for the model "
-                                      "after this long answers 504 (and is dropped if it has not run)")
+    request_deadline_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a request still waiting for the model "
+        "after this long answers 504 (and is dropped if it has not run)",
+    )
     # --- request limits --------------------------------------------------------------------------
     max_body_bytes: int = Field(default=5 * MB, ge=1024)
     max_pixels: int = Field(default=40_000_000, ge=1024)
@@ -61,8 +69,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"  # 0.0.0.0 in a container
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    shutdown_timeout_s: float = Field(default=20.0, gt=0,
-                                      description="graceful shutdown: in-flight requests finish first")
+    shutdown_timeout_s: float = Field(
+        default=20.0, gt=0, description="graceful shutdown: in-flight requests finish first"
+    )
     # above the idle timeouts of common load balancers (AWS ALB and GCP's 60 s, nginx upstream 60 s), so
     # that the balancer, not the server, closes an idle connection and never sends on a closing one
     keep_alive_s: int = Field(default=75, ge=1, description="HTTP keep-alive timeout of idle connections")
@@ -102,11 +111,15 @@ class Settings(BaseSettings):
         for name, folder in self.model_dirs.items():
             for file in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
                 if not (folder / file).is_file():
-                    raise ValueError(f"model {name}: {folder} has no {file} (export one with `python -m training.export`)")
+                    raise ValueError(
+                        f"model {name}: {folder} has no {file} (export one with `python -m training.export`)"
+                    )
             if self.precision == "int8" and not (folder / contract.CAPSNET_INT8_ONNX).is_file():
-                raise ValueError(f"precision int8 needs {folder / contract.CAPSNET_INT8_ONNX} for model {name} "
-                                 "(make it with `python -m tools.quantize`); use precision auto or fp32, "
-                                 "or serve only the models that have one")
+                raise ValueError(
+                    f"precision int8 needs {folder / contract.CAPSNET_INT8_ONNX} for model {name} "
+                    "(make it with `python -m tools.quantize`); use precision auto or fp32, "
+                    "or serve only the models that have one"
+                )
         if self.default_model not in names:
             if "default_model" in self.model_fields_set:
                 raise ValueError(f"default_model {self.default_model!r} is not among the served models {names}")

@@ -13,6 +13,7 @@ The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_benc
 costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type.
 Writes benchmarks/results/cpu_profile.json and .md. Not a test.
 """
+
 import argparse
 import asyncio
 import collections
@@ -45,13 +46,20 @@ def median_ms(fn, repeats: int = REPEATS) -> float:
 def multipart_ms(body: bytes) -> float:
     """Starlette's multipart parsing of a request carrying `body` as the file field."""
     from starlette.requests import Request
+
     payload = multipart(body)
-    scope = {"type": "http", "method": "POST", "path": "/predict", "query_string": b"",
-             "headers": [(b"content-type", MULTIPART.encode())]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/predict",
+        "query_string": b"",
+        "headers": [(b"content-type", MULTIPART.encode())],
+    }
 
     async def parse():
         async def receive():
             return {"type": "http.request", "body": payload, "more_body": False}
+
         async with Request(scope, receive).form() as form:
             await form["file"].read()
 
@@ -65,6 +73,7 @@ def multipart_ms(body: bytes) -> float:
 def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, float]:
     """ms per run by op type, from ONNX Runtime's profiler, at batch 1."""
     import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -97,8 +106,10 @@ def profile() -> dict:
     body = digit_png()
     prepared = imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")
     x = prepared.image[None, None].astype(np.float32)
-    outputs = {n: o[0] for n, o in zip(engine.output_names, engine.capsnet.run(engine.output_names,
-                                                                                {contract.IMAGE: x}))}
+    outputs = {
+        n: o[0]
+        for n, o in zip(engine.output_names, engine.capsnet.run(engine.output_names, {contract.IMAGE: x}), strict=True)
+    }
     include = {"capsules", "reconstruction", "routing"}
     stages = {
         "multipart": multipart_ms(body),
@@ -119,15 +130,27 @@ def profile() -> dict:
     stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)
     engine.close()
     threads = settings.intra_op_threads or os.cpu_count()
-    return {"device": machine(), "precision": engine.precision, "graph": engine.capsnet_file,
-            "threads": threads, "when": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2),
-            "stages_ms": stages, "operators_ms": operators(engine.directory / engine.capsnet_file, threads)}
+    return {
+        "device": machine(),
+        "precision": engine.precision,
+        "graph": engine.capsnet_file,
+        "threads": threads,
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average": round(os.getloadavg()[0], 2),
+        "stages_ms": stages,
+        "operators_ms": operators(engine.directory / engine.capsnet_file, threads),
+    }
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# Where /predict's CPU time goes ({report['device']}, {report['graph']}, {report['threads']} "
-             f"threads)", "", f"{report['when']}; 1-min load average {report['load_average']}.", "",
-             "| stage | median ms |", "|---|---:|"]
+    lines = [
+        f"# Where /predict's CPU time goes ({report['device']}, {report['graph']}, {report['threads']} threads)",
+        "",
+        f"{report['when']}; 1-min load average {report['load_average']}.",
+        "",
+        "| stage | median ms |",
+        "|---|---:|",
+    ]
     lines += [f"| {name} | {ms} |" for name, ms in report["stages_ms"].items()]
     lines += ["", "| operator (batch 1) | ms per run |", "|---|---:|"]
     lines += [f"| {op} | {ms} |" for op, ms in report["operators_ms"].items() if ms >= 0.01]

@@ -11,6 +11,7 @@ each pixel 6x6 with bicubic edges, as a canvas or a photo gives it); right when 
 are the pair's two digits. Also the median time of a drawn pair's answer (one client). Writes
 benchmarks/results/drawn_pairs.json and .md. Not a test.
 """
+
 import argparse
 import io
 import json
@@ -39,8 +40,9 @@ def median_ms(client: httpx.Client, files: list[bytes]) -> float:
     times = []
     for data in files:
         start = time.perf_counter()
-        client.post("/predict", params={"model": "multimnist", "include": ""},
-                    files={"file": ("x.png", data, "image/png")}).raise_for_status()
+        client.post(
+            "/predict", params={"model": "multimnist", "include": ""}, files={"file": ("x.png", data, "image/png")}
+        ).raise_for_status()
         times.append(1000 * (time.perf_counter() - start))
     return round(float(np.median(times)), 1)
 
@@ -61,11 +63,15 @@ def main(argv=None) -> dict:
     url = args.url or f"http://127.0.0.1:{args.port}"
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
-            result = {"device": cpu_model(), "when": time.strftime("%Y-%m-%d %H:%M"), "pairs": len(files),
-                      "as_is_36": accuracy(client, "multimnist", files, labels, "auto"),
-                      f"drawn_{DRAWN}": accuracy(client, "multimnist", drawn, labels, "auto"),
-                      f"drawn_{DRAWN}_median_ms": median_ms(client, drawn[:50]),
-                      "as_is_36_median_ms": median_ms(client, files[:50])}
+            result = {
+                "device": cpu_model(),
+                "when": time.strftime("%Y-%m-%d %H:%M"),
+                "pairs": len(files),
+                "as_is_36": accuracy(client, "multimnist", files, labels, "auto"),
+                f"drawn_{DRAWN}": accuracy(client, "multimnist", drawn, labels, "auto"),
+                f"drawn_{DRAWN}_median_ms": median_ms(client, drawn[:50]),
+                "as_is_36_median_ms": median_ms(client, files[:50]),
+            }
     finally:
         if server:
             server.terminate()
@@ -73,11 +79,13 @@ def main(argv=None) -> dict:
     result["drawn_over_as_is"] = round(result[f"drawn_{DRAWN}"]["accuracy"] / result["as_is_36"]["accuracy"], 3)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    md = (f"MultiMNIST pairs drawn large ({result['device']}, {result['when']}, {len(files)} held-out pairs)\n\n"
-          f"| input | both digits named | median ms |\n|---|---|---|\n"
-          f"| 36x36 as is | {100 * result['as_is_36']['accuracy']:.1f}% | {result['as_is_36_median_ms']} |\n"
-          f"| drawn {DRAWN}x{DRAWN}, black on white | {100 * result[f'drawn_{DRAWN}']['accuracy']:.1f}% | "
-          f"{result[f'drawn_{DRAWN}_median_ms']} |\n\ndrawn / as is: {result['drawn_over_as_is']}\n")
+    md = (
+        f"MultiMNIST pairs drawn large ({result['device']}, {result['when']}, {len(files)} held-out pairs)\n\n"
+        f"| input | both digits named | median ms |\n|---|---|---|\n"
+        f"| 36x36 as is | {100 * result['as_is_36']['accuracy']:.1f}% | {result['as_is_36_median_ms']} |\n"
+        f"| drawn {DRAWN}x{DRAWN}, black on white | {100 * result[f'drawn_{DRAWN}']['accuracy']:.1f}% | "
+        f"{result[f'drawn_{DRAWN}_median_ms']} |\n\ndrawn / as is: {result['drawn_over_as_is']}\n"
+    )
     args.out.with_suffix(".md").write_text(md)
     print(md)
     return result

@@ -2,6 +2,7 @@
 started as its own process and waited for, an image as PNG bytes, an upload's multipart body, and the
 machine in words. Written once here; nothing in it imports torch or the app.
 """
+
 import io
 import os
 import platform
@@ -68,8 +69,10 @@ def encode(image: Image.Image | np.ndarray, fmt: str = "PNG", **save_args) -> by
 def multipart(payload: bytes, filename: str = "digit.png", mime: str = "image/png") -> bytes:
     """The body of a multipart/form-data upload of payload as the field `file` (what curl -F sends), sent
     with the Content-Type MULTIPART."""
-    head = (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-            f"Content-Type: {mime}\r\n\r\n").encode()
+    head = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        f"Content-Type: {mime}\r\n\r\n"
+    ).encode()
     return head + payload + f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
@@ -77,11 +80,18 @@ def machine() -> str:
     """The CPU model and core count (and the GPU's name, when nvidia-smi answers)."""
     cpu, cpuinfo = platform.machine(), Path("/proc/cpuinfo")
     if cpuinfo.exists():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                    if line.startswith("model name")), cpu)
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            cpu,
+        )
     try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
+        gpu = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         gpu = ""
     return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"

@@ -10,6 +10,7 @@ the service uses (app/engine.py's PROVIDER_OPTIONS) (ONNX Runtime falls back to
 the CPU silently when a provider cannot start; that is reported, not hidden). A benchmark, not a
 test: it needs the provider's hardware.
 """
+
 import argparse
 import json
 import sys
@@ -26,9 +27,11 @@ BATCH = 64
 
 
 def outputs(session: ort.InferenceSession, images: np.ndarray) -> list[np.ndarray]:
-    parts = [session.run(list(contract.CAPSNET_OUTPUTS), {contract.IMAGE: images[i:i + BATCH]})
-             for i in range(0, len(images), BATCH)]
-    return [np.concatenate(p) for p in zip(*parts)]
+    parts = [
+        session.run(list(contract.CAPSNET_OUTPUTS), {contract.IMAGE: images[i : i + BATCH]})
+        for i in range(0, len(images), BATCH)
+    ]
+    return [np.concatenate(p) for p in zip(*parts, strict=True)]
 
 
 def parity(model_dir: Path, provider: str) -> dict:
@@ -40,11 +43,17 @@ def parity(model_dir: Path, provider: str) -> dict:
     options = PROVIDER_OPTIONS.get(provider, {})  # the service's own (app/engine.py)
     other = ort.InferenceSession(path, providers=[(provider, options), "CPUExecutionProvider"])
     ref, got = outputs(cpu, images), outputs(other, images)
-    diffs = {name: float(np.abs(a - b).max()) for name, a, b in zip(contract.CAPSNET_OUTPUTS, got, ref)}
-    return {"provider": provider, "options": options, "providers_in_use": other.get_providers(), "images": len(images),
-            "max_abs_diff": diffs, "max_abs_diff_all": max(diffs.values()),
-            "same_predictions": bool(np.array_equal(got[0].argmax(1), ref[0].argmax(1))),
-            "onnxruntime": ort.__version__}
+    diffs = {name: float(np.abs(a - b).max()) for name, a, b in zip(contract.CAPSNET_OUTPUTS, got, ref, strict=True)}
+    return {
+        "provider": provider,
+        "options": options,
+        "providers_in_use": other.get_providers(),
+        "images": len(images),
+        "max_abs_diff": diffs,
+        "max_abs_diff_all": max(diffs.values()),
+        "same_predictions": bool(np.array_equal(got[0].argmax(1), ref[0].argmax(1))),
+        "onnxruntime": ort.__version__,
+    }
 
 
 def main(argv=None) -> dict:

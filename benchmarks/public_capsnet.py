@@ -10,13 +10,14 @@ same process, on the same batch and device. What makes it "public style" (and sl
 - margin loss + 0.0005 x nn.MSELoss (the mean, not the paper's sum) on the true-label mask.
 The architecture and parameter count (8,215,568) are the paper's, as ours are.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 
 def squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    sq = (s ** 2).sum(dim=dim, keepdim=True)
+    sq = (s**2).sum(dim=dim, keepdim=True)
     return sq / (1 + sq) * s / (torch.sqrt(sq) + 1e-8)
 
 
@@ -39,8 +40,14 @@ class PublicCapsNet(nn.Module):
         self.conv1 = nn.Conv2d(1, 256, 9)
         self.primary = nn.ModuleList([nn.Conv2d(256, 32, 9, stride=2) for _ in range(8)])
         self.W = nn.Parameter(0.01 * torch.randn(1, 10, 1152, 16, 8))
-        self.decoder = nn.Sequential(nn.Linear(160, 512), nn.ReLU(inplace=True), nn.Linear(512, 1024),
-                                     nn.ReLU(inplace=True), nn.Linear(1024, 784), nn.Sigmoid())
+        self.decoder = nn.Sequential(
+            nn.Linear(160, 512),
+            nn.ReLU(inplace=True),
+            nn.Linear(512, 1024),
+            nn.ReLU(inplace=True),
+            nn.Linear(1024, 784),
+            nn.Sigmoid(),
+        )
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = F.relu(self.conv1(x))

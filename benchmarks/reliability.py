@@ -13,6 +13,7 @@ Starts `python -m app` (CPU provider, a free port) and, as clients on loopback, 
   last is the number that must be 0 for a graceful shutdown.
 Writes benchmarks/results/reliability.json. A benchmark, not a test.
 """
+
 import argparse
 import asyncio
 import json
@@ -46,6 +47,7 @@ async def fire(url: str, body: bytes, clients: int, total: int | None = None, un
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     sent = 0
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+
         async def one():
             nonlocal sent
             while (total is None or sent < total) and (until is None or time.monotonic() < until):
@@ -65,6 +67,7 @@ async def fire(url: str, body: bytes, clients: int, total: int | None = None, un
                 latencies.append(1000 * (time.perf_counter() - start))
                 statuses[r.status_code] += 1
                 classes["answered"] += 1
+
         await asyncio.gather(*[one() for _ in range(clients)])
     return statuses, failures, latencies, classes
 
@@ -72,9 +75,15 @@ async def fire(url: str, body: bytes, clients: int, total: int | None = None, un
 def load(url: str, body: bytes, requests: int, clients: int) -> dict:
     start = time.perf_counter()
     statuses, failures, ms, _ = asyncio.run(fire(url, body, clients, total=requests))
-    return {"requests": requests, "clients": clients, "seconds": round(time.perf_counter() - start, 1),
-            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "client_failures": dict(failures),
-            "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2)}
+    return {
+        "requests": requests,
+        "clients": clients,
+        "seconds": round(time.perf_counter() - start, 1),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "client_failures": dict(failures),
+        "p50_ms": round(float(np.percentile(ms, 50)), 2),
+        "p99_ms": round(float(np.percentile(ms, 99)), 2),
+    }
 
 
 def soak(url: str, body: bytes, pid: int, requests: int) -> dict:
@@ -82,8 +91,14 @@ def soak(url: str, body: bytes, pid: int, requests: int) -> dict:
     before = rss_mb(pid)
     statuses, failures, _, _ = asyncio.run(fire(url, body, 8, total=requests))
     after = rss_mb(pid)
-    return {"requests": requests, "clients": 8, "rss_mb_before": round(before, 1), "rss_mb_after": round(after, 1),
-            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "client_failures": dict(failures)}
+    return {
+        "requests": requests,
+        "clients": 8,
+        "rss_mb_before": round(before, 1),
+        "rss_mb_after": round(after, 1),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "client_failures": dict(failures),
+    }
 
 
 def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> dict:
@@ -93,12 +108,19 @@ def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> 
     async def scenario():
         asyncio.get_running_loop().call_later(after_s, server.send_signal, signal.SIGTERM)
         return await fire(f"http://127.0.0.1:{port}", body, clients, until=time.monotonic() + after_s + 8)
+
     statuses, failures, _, classes = asyncio.run(scenario())
     server.wait(60)
-    return {"clients": clients, "sigterm_after_s": after_s, "exit_status": server.returncode,
-            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "client_failures": dict(failures),
-            "answered": classes["answered"], "refused_before_sending": classes["refused before sending"],
-            "accepted_unanswered": classes["accepted, unanswered"]}
+    return {
+        "clients": clients,
+        "sigterm_after_s": after_s,
+        "exit_status": server.returncode,
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "client_failures": dict(failures),
+        "answered": classes["answered"],
+        "refused_before_sending": classes["refused before sending"],
+        "accepted_unanswered": classes["accepted, unanswered"],
+    }
 
 
 def main(argv=None) -> dict:
@@ -113,8 +135,11 @@ def main(argv=None) -> dict:
     server = start_api(port, {"CAPSNET_PROVIDERS": "CPUExecutionProvider"}, timeout=120)
     url = f"http://127.0.0.1:{port}"
     try:
-        report = {"device": machine(), "when": time.strftime("%Y-%m-%d %H:%M"),
-                  "load": load(url, body, args.requests, args.clients)}
+        report = {
+            "device": machine(),
+            "when": time.strftime("%Y-%m-%d %H:%M"),
+            "load": load(url, body, args.requests, args.clients),
+        }
         print(json.dumps(report["load"]), flush=True)
         report["soak"] = soak(url, body, server.pid, args.soak)
         print(json.dumps(report["soak"]), flush=True)

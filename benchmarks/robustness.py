@@ -6,7 +6,7 @@ $ python -m benchmarks.robustness --n 6 --photo-size 384x288 --save tests/fixtur
 $ python -m benchmarks.robustness --url http://localhost:8000   # the same images through HTTP /predict
 $ python -m benchmarks.robustness --mnist                  # the 10,000 MNIST test digits as 28x28 PNGs
 $ python -m benchmarks.robustness --optdigits              # scikit-learn's 8x8 UCI digits, upscaled to 64x64
-$ taskset -c 0 python -m benchmarks.robustness --time      # preprocessing time of a 1 MP photo and a 28x28 PNG, one core
+$ taskset -c 0 python -m benchmarks.robustness --time   # preprocessing time of a 1 MP photo and a 28x28 PNG, one core
 $ python -m benchmarks.robustness --strokes                # MNIST's stroke widths (contract.STROKE_RANGE)
 
 Every image is made from an MNIST *test* digit (never seen in training) or a glyph of a font installed
@@ -31,14 +31,16 @@ handwriting-like ones; missing fonts are skipped and the list used is in the res
 Deterministic for a seed (numpy's PCG64; JPEG and font rendering by the installed Pillow/FreeType).
 Writes benchmarks/results/robustness.json and .md (per-kind accuracy and every error). Not a test.
 """
+
 import argparse
 import io
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -54,15 +56,31 @@ N_PER_KIND = 200
 PHOTO_SIZE = (864, 1152)  # (H, W): 1 megapixel
 SEED = 0
 MNIST_STROKE = 0.12  # pen width / the digit's longer side for MNIST-like strokes (contract.STROKE_RANGE: median 0.125)
-TYPESET_FONTS = ("dejavu/DejaVuSans.ttf", "dejavu/DejaVuSans-Bold.ttf", "dejavu/DejaVuSerif.ttf",
-                 "dejavu/DejaVuSerif-Bold.ttf", "dejavu/DejaVuSansMono.ttf", "dejavu/DejaVuSans-Oblique.ttf",
-                 "dejavu/DejaVuSans-ExtraLight.ttf", "liberation/LiberationSerif-Regular.ttf",
-                 "liberation/LiberationSans-Regular.ttf", "liberation/LiberationMono-Regular.ttf",
-                 "freefont/FreeSerif.ttf", "freefont/FreeSansBold.ttf", "freefont/FreeSerifItalic.ttf")
-HANDWRITING_FONTS = ("fifthhorseman/dkg.ttf", "fifthhorseman/dkgBd.ttf", "breip/Breip.ttf",
-                     "femkeklaver/femkeklaver.ttf", "humor-sans/Humor-Sans.ttf",
-                     "comic-neue/ComicNeue-Regular.otf", "comic-neue/ComicNeue-Bold.otf",
-                     "comic-neue/ComicNeue-Italic.otf")
+TYPESET_FONTS = (
+    "dejavu/DejaVuSans.ttf",
+    "dejavu/DejaVuSans-Bold.ttf",
+    "dejavu/DejaVuSerif.ttf",
+    "dejavu/DejaVuSerif-Bold.ttf",
+    "dejavu/DejaVuSansMono.ttf",
+    "dejavu/DejaVuSans-Oblique.ttf",
+    "dejavu/DejaVuSans-ExtraLight.ttf",
+    "liberation/LiberationSerif-Regular.ttf",
+    "liberation/LiberationSans-Regular.ttf",
+    "liberation/LiberationMono-Regular.ttf",
+    "freefont/FreeSerif.ttf",
+    "freefont/FreeSansBold.ttf",
+    "freefont/FreeSerifItalic.ttf",
+)
+HANDWRITING_FONTS = (
+    "fifthhorseman/dkg.ttf",
+    "fifthhorseman/dkgBd.ttf",
+    "breip/Breip.ttf",
+    "femkeklaver/femkeklaver.ttf",
+    "humor-sans/Humor-Sans.ttf",
+    "comic-neue/ComicNeue-Regular.otf",
+    "comic-neue/ComicNeue-Bold.otf",
+    "comic-neue/ComicNeue-Italic.otf",
+)
 FONT_ROOTS = (Path("/usr/share/fonts/truetype"), Path("/usr/share/fonts/opentype"))
 LOWRES_GRIDS = (8, 16)  # the low-resolution digits' sides (px): optdigits' 8x8 (UCI), a 16x16 thumbnail
 LOWRES_SIDE = (64, 129)  # the side (px) low-resolution digits are upscaled to, a range
@@ -91,7 +109,7 @@ def upscale(digit: np.ndarray, side: int) -> np.ndarray:
     """An MNIST digit (28x28 uint8) cropped to its ink and scaled so its longer side is `side` px,
     with crisp pen edges (the bicubic ramp steepened around half intensity), floats in [0, 1]."""
     rows, cols = np.flatnonzero(digit.any(1)), np.flatnonzero(digit.any(0))
-    crop = Image.fromarray(digit[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1])
+    crop = Image.fromarray(digit[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
     scale = side / max(crop.size)
     size = (max(1, round(crop.width * scale)), max(1, round(crop.height * scale)))
     big = np.asarray(crop.resize(size, Image.Resampling.BICUBIC), np.float32) / 255
@@ -116,7 +134,7 @@ def paste(ink: np.ndarray, size: tuple[int, int], rng: np.random.Generator, cent
         top, left = (size[0] - h) // 2, (size[1] - w) // 2
     else:
         top, left = rng.integers(0, size[0] - h + 1), rng.integers(0, size[1] - w + 1)
-    canvas[top:top + h, left:left + w] = ink
+    canvas[top : top + h, left : left + w] = ink
     return canvas
 
 
@@ -130,11 +148,14 @@ def with_stroke(digit: np.ndarray, rng: np.random.Generator, factor: tuple[float
     side = int(280 * rng.uniform(0.55, 0.8))
     ink = restroke(np.pad(upscale(digit, side), side // 4), MNIST_STROKE * side * rng.uniform(*factor))
     rows, cols = np.flatnonzero(ink.max(1) > 0.05), np.flatnonzero(ink.max(0) > 0.05)
-    ink = ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    ink = ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     scale = min(1.0, 260 / max(ink.shape))
     if scale < 1.0:
-        ink = np.asarray(Image.fromarray(ink).resize((round(ink.shape[1] * scale), round(ink.shape[0] * scale)),
-                                                     Image.Resampling.BILINEAR))
+        ink = np.asarray(
+            Image.fromarray(ink).resize(
+                (round(ink.shape[1] * scale), round(ink.shape[0] * scale)), Image.Resampling.BILINEAR
+            )
+        )
     return paste(ink, (280, 280), rng)
 
 
@@ -144,13 +165,13 @@ def photographed(ink: np.ndarray, rng: np.random.Generator) -> bytes:
     h, w = ink.shape
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
     angle = rng.uniform(0, 2 * np.pi)
-    ramp = ((xs / w - 0.5) * np.cos(angle) + (ys / h - 0.5) * np.sin(angle))
-    vignette = ((xs / w - 0.5) ** 2 + (ys / h - 0.5) ** 2)
+    ramp = (xs / w - 0.5) * np.cos(angle) + (ys / h - 0.5) * np.sin(angle)
+    vignette = (xs / w - 0.5) ** 2 + (ys / h - 0.5) ** 2
     paper = rng.uniform(0.55, 0.85) + rng.uniform(0.1, 0.3) * ramp - rng.uniform(0.0, 0.3) * vignette
     specks = np.zeros_like(ink)
     for _ in range(rng.integers(0, 25)):
         y, x, r = rng.integers(0, h), rng.integers(0, w), rng.uniform(0.5, 3.0)
-        specks[max(0, int(y - r)):int(y + r) + 1, max(0, int(x - r)):int(x + r) + 1] = rng.uniform(0.2, 0.7)
+        specks[max(0, int(y - r)) : int(y + r) + 1, max(0, int(x - r)) : int(x + r) + 1] = rng.uniform(0.2, 0.7)
     darkness = np.maximum(ink, specks)
     grey = paper - darkness * (paper - rng.uniform(0.05, 0.3))
     grey = ndimage.gaussian_filter(grey, rng.uniform(0.8, 2.0))
@@ -162,10 +183,12 @@ def photographed(ink: np.ndarray, rng: np.random.Generator) -> bytes:
 # --- the kinds ----------------------------------------------------------------------------------
 def mnist_kind(make: Callable[[np.ndarray, np.random.Generator], tuple[bytes, str]]):
     """A kind made of MNIST test digits: make(digit, rng) -> (file bytes, extension)."""
+
     def kind(images: np.ndarray, labels: np.ndarray, n: int, rng: np.random.Generator) -> Iterator[tuple]:
         for index in rng.choice(len(images), size=n, replace=False):
             data, ext = make(images[index], rng)
             yield int(index), int(labels[index]), data, ext
+
     return kind
 
 
@@ -210,7 +233,7 @@ def _photo(d, rng, size=PHOTO_SIZE):
 def tight(ink: np.ndarray) -> np.ndarray:
     """Ink cropped to its box: it touches all four borders."""
     rows, cols = np.flatnonzero(ink.max(1) > 0.05), np.flatnonzero(ink.max(0) > 0.05)
-    return ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    return ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
 
 
 def square(ink: np.ndarray) -> np.ndarray:
@@ -275,14 +298,21 @@ def font_kind(names: tuple[str, ...]):
         for i in range(n):
             font, digit = found[(i // 10) % len(found)], i % 10  # every digit of a font, then the next font
             yield i, digit, encode(Image.fromarray(u8(1 - glyph(font, digit, rng)))), "png"
+
     return kind
 
 
 KINDS = {
-    "clean": mnist_kind(_clean), "inverted": mnist_kind(_inverted), "dark-theme": mnist_kind(_dark_theme),
-    "transparent": mnist_kind(_transparent), "thick": mnist_kind(_thick), "thin": mnist_kind(_thin),
-    "off-centre": mnist_kind(_off_centre), "photo": mnist_kind(_photo),
-    "typeset": font_kind(TYPESET_FONTS), "handwriting": font_kind(HANDWRITING_FONTS),
+    "clean": mnist_kind(_clean),
+    "inverted": mnist_kind(_inverted),
+    "dark-theme": mnist_kind(_dark_theme),
+    "transparent": mnist_kind(_transparent),
+    "thick": mnist_kind(_thick),
+    "thin": mnist_kind(_thin),
+    "off-centre": mnist_kind(_off_centre),
+    "photo": mnist_kind(_photo),
+    "typeset": font_kind(TYPESET_FONTS),
+    "handwriting": font_kind(HANDWRITING_FONTS),
     "lowres": mnist_kind(_lowres),  # last: a kind's stream of the seed is its place here
 }
 
@@ -291,9 +321,10 @@ def generate(kinds: list[str], n: int, seed: int, photo_size=PHOTO_SIZE) -> Iter
     """(kind, Sample) for every image of the suite; each kind has its own stream of the seed. A
     smaller photo_size makes smaller photos of the same kind (the tests' committed sample)."""
     from training.data import read_idx  # the benchmark may use torch; the serving path may not
+
     images = read_idx(MNIST_DIR / "t10k-images-idx3-ubyte.gz")
     labels = read_idx(MNIST_DIR / "t10k-labels-idx1-ubyte.gz")
-    for k, kind in enumerate(kinds):
+    for _k, kind in enumerate(kinds):
         rng = np.random.default_rng([seed, list(KINDS).index(kind)])
         make = mnist_kind(partial(_photo, size=photo_size)) if kind == "photo" else KINDS[kind]
         for index, label, data, ext in make(images, labels, n, rng):
@@ -306,15 +337,18 @@ class LocalReader:
 
     def __init__(self, model_dir: Path):
         import onnxruntime as ort
+
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        self.session = ort.InferenceSession(str(model_dir / contract.CAPSNET_ONNX), options,
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(model_dir / contract.CAPSNET_ONNX), options, providers=["CPUExecutionProvider"]
+        )
 
     def __call__(self, data: bytes) -> int:
         from app import imaging
+
         x = imaging.preprocess(imaging.decode(data, 40_000_000), "digit").image
-        lengths, = self.session.run([contract.LENGTHS], {contract.IMAGE: x[None, None]})
+        (lengths,) = self.session.run([contract.LENGTHS], {contract.IMAGE: x[None, None]})
         return int(lengths[0].argmax())
 
 
@@ -323,6 +357,7 @@ class HttpReader:
 
     def __init__(self, url: str):
         import httpx
+
         self.http = httpx.Client(base_url=url, timeout=30.0)
 
     def __call__(self, data: bytes) -> int:
@@ -340,8 +375,9 @@ def answer(read: Callable[[bytes], int], data: bytes) -> int:
         return -2
 
 
-def run(kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save: Path | None,
-        photo_size=PHOTO_SIZE) -> dict:
+def run(
+    kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save: Path | None, photo_size=PHOTO_SIZE
+) -> dict:
     per_kind: dict[str, dict] = {k: {"n": 0, "correct": 0, "errors": []} for k in kinds}
     for kind, sample in generate(kinds, n, seed, photo_size):
         if save:
@@ -363,10 +399,11 @@ def mnist_test(model_dir: Path) -> dict:
     """The 10,000 MNIST test digits sent as 28x28 PNGs with preprocess=mnist: the accuracy the
     preprocessing keeps of the card's (which is measured on the raw tensors)."""
     from training.data import read_idx
+
     images = read_idx(MNIST_DIR / "t10k-images-idx3-ubyte.gz")
     labels = read_idx(MNIST_DIR / "t10k-labels-idx1-ubyte.gz")
     read = LocalReader(model_dir)
-    wrong = [i for i, (x, y) in enumerate(zip(images, labels)) if read(encode(Image.fromarray(x))) != y]
+    wrong = [i for i, (x, y) in enumerate(zip(images, labels, strict=True)) if read(encode(Image.fromarray(x))) != y]
     return {"n": len(images), "errors": len(wrong), "accuracy": 1 - len(wrong) / len(images), "misclassified": wrong}
 
 
@@ -376,6 +413,7 @@ def mnist_strokes(n: int = 2000) -> dict:
     from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, stroke_width
     from app.imaging.ink import locate, source
     from training.data import read_idx
+
     images = read_idx(MNIST_DIR / "train-images-idx3-ubyte.gz")[:n]
     widths = []
     for x in images:
@@ -384,7 +422,10 @@ def mnist_strokes(n: int = 2000) -> dict:
         ink, side = digit_ink(picture, paper, digit, factor)
         widths.append(stroke_width(at_norm_box(ink, side)) / NORM_BOX)
     percents = (1, 2, 5, 10, 50, 90, 95, 98, 99)
-    return {"n": n, **{f"p{q}": round(float(w), 3) for q, w in zip(percents, np.percentile(widths, percents))}}
+    return {
+        "n": n,
+        **{f"p{q}": round(float(w), 3) for q, w in zip(percents, np.percentile(widths, percents), strict=True)},
+    }
 
 
 def timed(data: bytes, repeats: int) -> dict:
@@ -392,7 +433,10 @@ def timed(data: bytes, repeats: int) -> dict:
     `repeats`, as wall time and as this process's CPU time (which other processes on a shared machine
     do not inflate)."""
     from app import imaging
-    times: dict[str, list[float]] = {name: [] for name in ("decode_wall", "decode_cpu", "preprocess_wall", "preprocess_cpu")}
+
+    times: dict[str, list[float]] = {
+        name: [] for name in ("decode_wall", "decode_cpu", "preprocess_wall", "preprocess_cpu")
+    }
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.process_time()
         image = imaging.decode(data, 40_000_000)
@@ -403,14 +447,21 @@ def timed(data: bytes, repeats: int) -> dict:
         times["preprocess_wall"].append(time.perf_counter() - wall)
         times["preprocess_cpu"].append(time.process_time() - cpu)
     opened = Image.open(io.BytesIO(data))
-    return {"image": f"{opened.width}x{opened.height} {opened.format}, {len(data):,} bytes",
-            **{f"{name}_ms_p{q}": round(1000 * float(np.percentile(t, q)), 2) for name, t in times.items() for q in (50, 90)}}
+    return {
+        "image": f"{opened.width}x{opened.height} {opened.format}, {len(data):,} bytes",
+        **{
+            f"{name}_ms_p{q}": round(1000 * float(np.percentile(t, q)), 2)
+            for name, t in times.items()
+            for q in (50, 90)
+        },
+    }
 
 
 def preprocess_time(repeats: int = 200) -> dict:
     """timed() of the suite's first 1-megapixel photo and of MNIST's first test digit as a 28x28 PNG.
     Run it under `taskset -c 0` for one core."""
     from training.data import read_idx
+
     _, sample = next(generate(["photo"], 1, SEED))
     digit = encode(Image.fromarray(read_idx(MNIST_DIR / "t10k-images-idx3-ubyte.gz")[0]))
     return {"repeats": repeats, "photo": timed(sample.data, repeats), "mnist": timed(digit, repeats)}
@@ -431,14 +482,20 @@ def optdigits(read: Callable[[bytes], int], images: np.ndarray, labels: np.ndarr
     """The optdigits images, each upscaled to OPTDIGITS_SIDE px (bicubic) and sent as a white-on-black
     PNG: real handwriting at a low resolution."""
     wrong, refused = [], 0
-    for i, (x, label) in enumerate(zip(images, labels)):
+    for i, (x, label) in enumerate(zip(images, labels, strict=True)):
         small = Image.fromarray(np.round(x * 255 / 16).astype(np.uint8))
         predicted = answer(read, encode(small.resize((OPTDIGITS_SIDE, OPTDIGITS_SIDE), Image.Resampling.BICUBIC)))
         refused += predicted == -1
         if predicted != label:
             wrong.append([i, predicted])
-    return {"n": len(images), "side": OPTDIGITS_SIDE, "errors": len(wrong), "refused": refused,
-            "accuracy": 1 - len(wrong) / len(images), "misread": wrong}
+    return {
+        "n": len(images),
+        "side": OPTDIGITS_SIDE,
+        "errors": len(wrong),
+        "refused": refused,
+        "accuracy": 1 - len(wrong) / len(images),
+        "misread": wrong,
+    }
 
 
 def table(result: dict) -> str:
@@ -459,12 +516,18 @@ def main(argv=None) -> dict:
     p.add_argument("--photo-size", default="1152x864", help="WxH of the photos (the tests' sample: 384x288)")
     p.add_argument("--mnist", action="store_true", help="the MNIST test set as 28x28 PNGs instead")
     p.add_argument("--strokes", action="store_true", help="only measure MNIST's stroke widths (training digits)")
-    p.add_argument("--optdigits", action="store_true",
-                   help="scikit-learn's 8x8 digits upscaled instead (needs scikit-learn, not a dependency)")
+    p.add_argument(
+        "--optdigits",
+        action="store_true",
+        help="scikit-learn's 8x8 digits upscaled instead (needs scikit-learn, not a dependency)",
+    )
     p.add_argument("--time", action="store_true", help="only time the preprocessing of a 1 MP photo and a 28x28 PNG")
-    p.add_argument("--out", type=Path, default=None,
-                   help="result JSON (default benchmarks/results/robustness[_mnist|_optdigits|_time].json; "
-                        "--strokes prints only)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result JSON (default benchmarks/results/robustness[_mnist|_optdigits|_time].json; --strokes prints only)",
+    )
     args = p.parse_args(argv)
     started = time.perf_counter()
     if args.strokes:
@@ -481,8 +544,10 @@ def main(argv=None) -> dict:
             return {}
         result = optdigits(HttpReader(args.url) if args.url else LocalReader(args.model_dir), *found)
         result.update(via=args.url or "in-process")
-        print(f"optdigits ({result['n']} images at {OPTDIGITS_SIDE}x{OPTDIGITS_SIDE}): {result['accuracy']:.4f} "
-              f"({result['errors']} errors, {result['refused']} refused)")
+        print(
+            f"optdigits ({result['n']} images at {OPTDIGITS_SIDE}x{OPTDIGITS_SIDE}): {result['accuracy']:.4f} "
+            f"({result['errors']} errors, {result['refused']} refused)"
+        )
     else:
         kinds = [k.strip() for k in args.kinds.split(",")]
         unknown = set(kinds) - set(KINDS)
@@ -491,17 +556,24 @@ def main(argv=None) -> dict:
         read = HttpReader(args.url) if args.url else LocalReader(args.model_dir)
         width, height = (int(side) for side in args.photo_size.split("x"))
         result = run(kinds, args.n, args.seed, read, args.save, (height, width))
-        result.update(seed=args.seed, n_per_kind=args.n, photo_size=args.photo_size, via=args.url or "in-process",
-                      typeset_fonts=[str(f) for f in fonts(TYPESET_FONTS)],
-                      handwriting_fonts=[str(f) for f in fonts(HANDWRITING_FONTS)])
+        result.update(
+            seed=args.seed,
+            n_per_kind=args.n,
+            photo_size=args.photo_size,
+            via=args.url or "in-process",
+            typeset_fonts=[str(f) for f in fonts(TYPESET_FONTS)],
+            handwriting_fonts=[str(f) for f in fonts(HANDWRITING_FONTS)],
+        )
         print(table(result))
     if args.strokes or args.time:
         print(json.dumps(result))
     if args.strokes:
         return result
     from training.fit import cpu_model
-    result.update(seconds=round(time.perf_counter() - started, 1), machine=cpu_model(),
-                  cpus=len(os.sched_getaffinity(0)))
+
+    result.update(
+        seconds=round(time.perf_counter() - started, 1), machine=cpu_model(), cpus=len(os.sched_getaffinity(0))
+    )
     suffix = "_mnist" if args.mnist else "_optdigits" if args.optdigits else "_time" if args.time else ""
     out = args.out or RESULTS / f"robustness{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ images, steadier than a whole epoch on a shared machine. Results: benchmarks/res
 and .md, beside the numbers the seed paper reports (qp-regularized-routing.txt, Table II, full
 training); a reduced run is labelled as such wherever it is shown. A benchmark, not a test.
 """
+
 import argparse
 import json
 import time
@@ -39,7 +40,7 @@ SEED_ERROR = {
     "mnist": {"dynamic": 0.34, "qp-l2": 0.35, "qp-l1": 0.32},
     "fashion-mnist": {"dynamic": 7.21, "qp-l2": 7.01, "qp-l1": 6.76},
 }
-SEED_SPEED = "qp: \"each step can save at least 20% runtime compared to dynamic routing\" (Fig. 4)"
+SEED_SPEED = 'qp: "each step can save at least 20% runtime compared to dynamic routing" (Fig. 4)'
 
 
 def hardware(device: str) -> str:
@@ -48,22 +49,42 @@ def hardware(device: str) -> str:
 
 def train_cell(dataset: str, routing: str, args: argparse.Namespace) -> dict:
     """One training run (reduced by default); the figures of its kept (best on validation) epoch."""
-    config = TrainConfig(dataset=dataset, train_limit=args.train_limit, epochs=args.epochs, batch_size=BATCH,
-                         val_size=args.val_size, lr_decay=args.lr_decay, device=args.device, compile=args.compile,
-                         eval_every=args.eval_every, time_limit=args.time_limit,
-                         out=str(RUNS / f"{dataset}-{routing}"))
+    config = TrainConfig(
+        dataset=dataset,
+        train_limit=args.train_limit,
+        epochs=args.epochs,
+        batch_size=BATCH,
+        val_size=args.val_size,
+        lr_decay=args.lr_decay,
+        device=args.device,
+        compile=args.compile,
+        eval_every=args.eval_every,
+        time_limit=args.time_limit,
+        out=str(RUNS / f"{dataset}-{routing}"),
+    )
     t0 = time.time()
     _, run, test = train.train(config, CapsNetConfig(routing=routing))
     record = next(h for h in run.history if h["epoch"] == run.kept_epoch)
     return {
-        "dataset": dataset, "routing": routing, "reduced": args.train_limit > 0 or run.epochs_run < 50,
-        "train_images": args.train_limit, "epochs": run.epochs_run, "kept_epoch": run.kept_epoch, "batch": BATCH,
-        "precision": run.precision, "compiled": config.compile, "time_limit": config.time_limit,
-        "test_error_pct": 100 * (1 - test["accuracy"]), "test_errors": test["errors"],
+        "dataset": dataset,
+        "routing": routing,
+        "reduced": args.train_limit > 0 or run.epochs_run < 50,
+        "train_images": args.train_limit,
+        "epochs": run.epochs_run,
+        "kept_epoch": run.kept_epoch,
+        "batch": BATCH,
+        "precision": run.precision,
+        "compiled": config.compile,
+        "time_limit": config.time_limit,
+        "test_error_pct": 100 * (1 - test["accuracy"]),
+        "test_errors": test["errors"],
         "val_error_pct": 100 * (1 - record["val_acc"]),
-        "train_images_per_s": record["train_images_per_s"], "step_seconds": BATCH / record["train_images_per_s"],
-        "wall_seconds": time.time() - t0, "parameters": CapsNet(CapsNetConfig(routing=routing)).num_params(),
-        "hardware": hardware(args.device), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "train_images_per_s": record["train_images_per_s"],
+        "step_seconds": BATCH / record["train_images_per_s"],
+        "wall_seconds": time.time() - t0,
+        "parameters": CapsNet(CapsNetConfig(routing=routing)).num_params(),
+        "hardware": hardware(args.device),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
     }
 
 
@@ -89,8 +110,15 @@ def timing_cell(routing: str, device: str) -> dict:
         if i >= TIMING_WARMUP:
             times.append(time.perf_counter() - t0)
     step = sorted(times)[len(times) // 2]
-    return {"routing": routing, "batch": BATCH, "median_step_seconds": step, "images_per_s": BATCH / step,
-            "steps": TIMING_STEPS, "hardware": hardware(device), "date": time.strftime("%Y-%m-%d %H:%M")}
+    return {
+        "routing": routing,
+        "batch": BATCH,
+        "median_step_seconds": step,
+        "images_per_s": BATCH / step,
+        "steps": TIMING_STEPS,
+        "hardware": hardware(device),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
 
 
 def render(results: dict) -> str:
@@ -99,18 +127,27 @@ def render(results: dict) -> str:
     budgets = sorted({c.get("time_limit", 0) for c in cells.values()})
     sizes = sorted({c["train_images"] for c in cells.values()})
     data = ", ".join(f"the first {n:,} training images" if n else "all 55,000 training images" for n in sizes)
-    budget = (f"the same time budget for every cell ({', '.join(f'{b:g} s' for b in budgets)} of training and "
-              "validation): a faster routing runs more epochs in it (the `epochs` column)" if any(budgets)
-              else "the same number of epochs for every cell")
-    lines = ["# Routing comparison", "",
-             "Measured by `python -m benchmarks.routing_compare` (benchmarks/routing_compare.py): "
-             f"{data or 'none yet'}, batch {BATCH}, Adam 1e-3, {budget}; the best epoch on 5,000 held-out "
-             "images, measured on the full 10,000-image test set. **Reduced runs**: the seed's numbers "
-             "come from full trainings; compare directions, not errors.", ""]
+    budget = (
+        f"the same time budget for every cell ({', '.join(f'{b:g} s' for b in budgets)} of training and "
+        "validation): a faster routing runs more epochs in it (the `epochs` column)"
+        if any(budgets)
+        else "the same number of epochs for every cell"
+    )
+    lines = [
+        "# Routing comparison",
+        "",
+        "Measured by `python -m benchmarks.routing_compare` (benchmarks/routing_compare.py): "
+        f"{data or 'none yet'}, batch {BATCH}, Adam 1e-3, {budget}; the best epoch on 5,000 held-out "
+        "images, measured on the full 10,000-image test set. **Reduced runs**: the seed's numbers "
+        "come from full trainings; compare directions, not errors.",
+        "",
+    ]
     if cells:
-        lines += ["| dataset | routing | test error % (ours, reduced) | seed test error % (full) | epochs | "
-                  "train images/s | s/step | step time vs dynamic | parameters | wall s |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| dataset | routing | test error % (ours, reduced) | seed test error % (full) | epochs | "
+            "train images/s | s/step | step time vs dynamic | parameters | wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for dataset in DATASETS:
             base = cells.get(f"{dataset}/dynamic")
             for routing in ROUTINGS:
@@ -119,19 +156,29 @@ def render(results: dict) -> str:
                     continue
                 seed = SEED_ERROR[dataset].get(routing)
                 rel = f"{100 * (c['step_seconds'] / base['step_seconds'] - 1):+.0f}%" if base else "n/a"
-                lines.append(f"| {dataset} | {routing} | {c['test_error_pct']:.2f} (reduced) | "
-                             f"{'—' if seed is None else f'{seed:.2f}'} | {c['epochs']} | "
-                             f"{c['train_images_per_s']:.1f} | {c['step_seconds']:.3f} | {rel} | "
-                             f"{c['parameters']:,} | {c['wall_seconds']:.0f} |")
+                lines.append(
+                    f"| {dataset} | {routing} | {c['test_error_pct']:.2f} (reduced) | "
+                    f"{'—' if seed is None else f'{seed:.2f}'} | {c['epochs']} | "
+                    f"{c['train_images_per_s']:.1f} | {c['step_seconds']:.3f} | {rel} | "
+                    f"{c['parameters']:,} | {c['wall_seconds']:.0f} |"
+                )
         hw = {c["hardware"] for c in cells.values()}
-        lines += ["", f"Hardware: {'; '.join(sorted(hw))}. Images/s and s/step are of the training "
-                  "epoch (evaluation excluded) on a machine shared with other jobs."]
+        lines += [
+            "",
+            f"Hardware: {'; '.join(sorted(hw))}. Images/s and s/step are of the training "
+            "epoch (evaluation excluded) on a machine shared with other jobs.",
+        ]
     timing = results.get("timing", {})
     if timing:
         base = timing.get("dynamic")
-        lines += ["", "## Time per training step (synthetic batch of 128, median of "
-                  f"{TIMING_STEPS} after {TIMING_WARMUP} warm-up)", "",
-                  "| routing | median s/step | images/s | vs dynamic |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "## Time per training step (synthetic batch of 128, median of "
+            f"{TIMING_STEPS} after {TIMING_WARMUP} warm-up)",
+            "",
+            "| routing | median s/step | images/s | vs dynamic |",
+            "|---|---|---|---|",
+        ]
         for routing in ROUTINGS:
             t = timing.get(routing)
             if t is None:

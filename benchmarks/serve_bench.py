@@ -14,8 +14,10 @@ the no-op and of GET /health; then the same digit through the fifteen-line templ
 write (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), the baseline. Where the
 machine has four cores or more, the server is pinned to the first half of them (ONNX Runtime gets
 that many threads) and this process, the load generator, to the rest, so that the two do not take
-each other's cores; on fewer, both share them all (see split_cpus). Writes benchmarks/results/serve_bench.json and .md. Not a test.
+each other's cores; on fewer, both share them all (see split_cpus). Writes benchmarks/results/serve_bench.json
+and .md. Not a test.
 """
+
 import argparse
 import csv
 import io
@@ -73,8 +75,9 @@ def serve(max_batch: int, cores: set[int]) -> None:
     from app.settings import Settings
 
     os.sched_setaffinity(0, cores)
-    settings = Settings(host=HOST, port=PORT, models=["mnist"], max_batch=max_batch, log_level="warning",
-                        intra_op_threads=len(cores))
+    settings = Settings(
+        host=HOST, port=PORT, models=["mnist"], max_batch=max_batch, log_level="warning", intra_op_threads=len(cores)
+    )
     app = create_app(settings)
 
     @app.post(NOOP, include_in_schema=False)
@@ -120,8 +123,12 @@ def hey(url: str, body: Path | None, clients: int, seconds: float) -> dict:
         raise RuntimeError(f"{url} answered {sorted(statuses)} under load (only 200 expected)")
     ms = np.array([float(row["response-time"]) for row in rows]) * 1000
     elapsed = max(float(row["offset"]) + float(row["response-time"]) for row in rows)
-    return {"requests": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3), "rps": round(len(ms) / elapsed, 1)}
+    return {
+        "requests": len(ms),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "rps": round(len(ms) / elapsed, 1),
+    }
 
 
 def get(url: str) -> bytes:
@@ -132,9 +139,19 @@ def get(url: str) -> bytes:
 def batches_run(base: str) -> int:
     """How many batches the server's default model has run so far (GET /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
+
     text = get(f"{base}/metrics").decode()
-    return int(next((s.value for family in text_string_to_metric_families(text) for s in family.samples
-                     if s.name == "capsnet_batch_size_count" and s.labels.get("model") == "mnist"), 0))
+    return int(
+        next(
+            (
+                s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.name == "capsnet_batch_size_count" and s.labels.get("model") == "mnist"
+            ),
+            0,
+        )
+    )
 
 
 def wait_ready(base: str, process: subprocess.Popen, path: str = "/ready") -> dict:
@@ -150,16 +167,36 @@ def wait_ready(base: str, process: subprocess.Popen, path: str = "/ready") -> di
 
 def bench_template(clients_list, seconds: float, body: Path, server_cpus: set[int]) -> list[dict]:
     """The fifteen-line template (benchmarks/template_app.py) under the same load, on the same cores."""
-    process = subprocess.Popen(["taskset", "-c", ",".join(map(str, sorted(server_cpus))), sys.executable, "-m",
-                                "uvicorn", "benchmarks.template_app:app", "--host", HOST, "--port", str(PORT),
-                                "--log-level", "warning"], cwd=REPO)
+    process = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            ",".join(map(str, sorted(server_cpus))),
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "benchmarks.template_app:app",
+            "--host",
+            HOST,
+            "--port",
+            str(PORT),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+    )
     base, rows = f"http://{HOST}:{PORT}", []
     try:
         wait_ready(base, process, "/openapi.json")
         for clients in clients_list:
             hey(f"{base}/predict", body, 1, 0.5)  # warm-up
-            row = {"batching": "template", "endpoint": "/predict", "include": "-", "clients": clients,
-                   **hey(f"{base}/predict", body, clients, seconds)}
+            row = {
+                "batching": "template",
+                "endpoint": "/predict",
+                "include": "-",
+                "clients": clients,
+                **hey(f"{base}/predict", body, clients, seconds),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
@@ -168,21 +205,27 @@ def bench_template(clients_list, seconds: float, body: Path, server_cpus: set[in
     return rows
 
 
-def bench_server(max_batch: int, clients_list, seconds: float, body: Path,
-                 server_cpus: set[int]) -> tuple[list[dict], list[str], str, dict]:
+def bench_server(
+    max_batch: int, clients_list, seconds: float, body: Path, server_cpus: set[int]
+) -> tuple[list[dict], list[str], str, dict]:
     """Start a server, time the bare model while it idles (same moment, same machine load), then load it."""
     cores = ",".join(map(str, sorted(server_cpus)))
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.serve_bench", "--serve", str(max_batch),
-                                "--cores", cores], cwd=REPO)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.serve_bench", "--serve", str(max_batch), "--cores", cores], cwd=REPO
+    )
     base, rows = f"http://{HOST}:{PORT}", []
     try:
         ready = wait_ready(base, process)
         providers, precision = ready["providers"], ready["precision"]
         bare = bare_session_run(base)
         batching = "on" if max_batch > 1 else "off"
-        cases = [("/predict", "all", ""), ("/predict", "none", "?include="),
-                 ("/predict", "none, preprocess=none", "?include=&preprocess=none"), (NOOP, "-", ""),
-                 ("/health", "-", "")]
+        cases = [
+            ("/predict", "all", ""),
+            ("/predict", "none", "?include="),
+            ("/predict", "none, preprocess=none", "?include=&preprocess=none"),
+            (NOOP, "-", ""),
+            ("/health", "-", ""),
+        ]
         for clients in clients_list:
             for path, include, query in cases:
                 url, sent = f"{base}{path}{query}", None if path == "/health" else body
@@ -190,8 +233,13 @@ def bench_server(max_batch: int, clients_list, seconds: float, body: Path,
                 before = batches_run(base)
                 result = hey(url, sent, clients, seconds)
                 batches = batches_run(base) - before
-                row = {"batching": batching, "endpoint": {NOOP: "no-op"}.get(path, path), "include": include,
-                       "clients": clients, **result}
+                row = {
+                    "batching": batching,
+                    "endpoint": {NOOP: "no-op"}.get(path, path),
+                    "include": include,
+                    "clients": clients,
+                    **result,
+                }
                 if path == "/predict" and batches:
                     row["mean_batch"] = round(result["requests"] / batches, 2)
                 rows.append(row)
@@ -205,7 +253,7 @@ def bench_server(max_batch: int, clients_list, seconds: float, body: Path,
 def bare_session_run(base: str) -> dict:
     """The engine's session.run alone, timed in the server process while it idles (all outputs, as /predict)."""
     out = {}
-    for n, repeats in zip((1, BATCH), BARE_REPEATS):
+    for n, repeats in zip((1, BATCH), BARE_REPEATS, strict=True):
         out[f"batch_{n}_p50_ms"] = json.loads(get(f"{base}{BARE}?batch={n}&repeats={repeats}"))["p50_ms"]
     out[f"batch_{BATCH}_images_per_s"] = round(BATCH / out[f"batch_{BATCH}_p50_ms"] * 1000, 1)
     return out
@@ -213,17 +261,24 @@ def bare_session_run(base: str) -> dict:
 
 def markdown(report: dict) -> str:
     bare = report["bare_session_run"]
-    lines = [f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])}, {report['precision']})", "",
-             f"{report['when']}; {report['seconds']} s per row, load from hey; client and server on the same machine, the server on "
-             f"cores {report['server_cpus']}, the load generator on {report['client_cpus']}; "
-             f"1-min load average {report['load_average'][0]} before, {report['load_average'][1]} after.", "",
-             f"Bare session.run (the server's session, in the server process): batch 1 p50 {bare['batch_1_p50_ms']} ms; batch {BATCH} p50 "
-             f"{bare[f'batch_{BATCH}_p50_ms']} ms ({bare[f'batch_{BATCH}_images_per_s']} images/s).", "",
-             "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Serving benchmark ({report['device']}, {', '.join(report['providers'])}, {report['precision']})",
+        "",
+        f"{report['when']}; {report['seconds']} s per row, load from hey; client and server on the same machine, "
+        f"the server on cores {report['server_cpus']}, the load generator on {report['client_cpus']}; "
+        f"1-min load average {report['load_average'][0]} before, {report['load_average'][1]} after.",
+        "",
+        f"Bare session.run (the server's session, in the server process): batch 1 p50 {bare['batch_1_p50_ms']} ms; "
+        f"batch {BATCH} p50 {bare[f'batch_{BATCH}_p50_ms']} ms ({bare[f'batch_{BATCH}_images_per_s']} images/s).",
+        "",
+        "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in report["rows"]:
-        lines.append(f"| {r['batching']} | {r['endpoint']} | {r['include']} | {r['clients']} | {r['requests']} | "
-                     f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} |")
+        lines.append(
+            f"| {r['batching']} | {r['endpoint']} | {r['include']} | {r['clients']} | {r['requests']} | "
+            f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} |"
+        )
     lines += ["", "Targets:"] + [f"- {name}: {value}" for name, value in report["targets"].items()]
     return "\n".join(lines) + "\n"
 
@@ -238,23 +293,35 @@ def write_report(out: Path, report: dict, text: str) -> None:
 
 def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
     def row(batching, endpoint, include, clients):
-        return next(r for r in rows if (r["batching"], r["endpoint"], r["include"], r["clients"]) ==
-                    (batching, endpoint, include, clients))
+        return next(
+            r
+            for r in rows
+            if (r["batching"], r["endpoint"], r["include"], r["clients"]) == (batching, endpoint, include, clients)
+        )
+
     one = row("on", "/predict", "all", 1)["p50_ms"]
-    out = {"/predict p50 at 1 client / bare batch-1 session.run (CPU target <= 1.3)":
-           round(one / bare["batch_1_p50_ms"], 2),
-           "same with include= (no capsules, reconstruction, routing)":
-           round(row("on", "/predict", "none", 1)["p50_ms"] / bare["batch_1_p50_ms"], 2)}
+    out = {
+        "/predict p50 at 1 client / bare batch-1 session.run (CPU target <= 1.3)": round(
+            one / bare["batch_1_p50_ms"], 2
+        ),
+        "same with include= (no capsules, reconstruction, routing)": round(
+            row("on", "/predict", "none", 1)["p50_ms"] / bare["batch_1_p50_ms"], 2
+        ),
+    }
     top = max(r["clients"] for r in rows)
     out[f"/predict req/s at {top} clients / no-op ceiling, batching on (GPU target >= 0.7)"] = round(
-        row("on", "/predict", "all", top)["rps"] / row("on", "no-op", "-", top)["rps"], 3)
+        row("on", "/predict", "all", top)["rps"] / row("on", "no-op", "-", top)["rps"], 3
+    )
     out[f"batching on / off, /predict req/s at {top} clients"] = round(
-        row("on", "/predict", "all", top)["rps"] / row("off", "/predict", "all", top)["rps"], 2)
+        row("on", "/predict", "all", top)["rps"] / row("off", "/predict", "all", top)["rps"], 2
+    )
     template = row("template", "/predict", "-", 1)["p50_ms"], row("template", "/predict", "-", top)["rps"]
     out["/predict?include=&preprocess=none p50 at 1 client / the template's (target < 1)"] = round(
-        row("on", "/predict", "none, preprocess=none", 1)["p50_ms"] / template[0], 2)
+        row("on", "/predict", "none, preprocess=none", 1)["p50_ms"] / template[0], 2
+    )
     out[f"/predict?include= req/s at {top} clients / the template's (target > 1)"] = round(
-        row("on", "/predict", "none", top)["rps"] / template[1], 2)
+        row("on", "/predict", "none", top)["rps"] / template[1], 2
+    )
     if on_gpu:
         out["/predict p50 at 1 client (GPU target < 3 ms)"] = one
     return out
@@ -282,17 +349,25 @@ def main(argv=None) -> dict:
         body = Path(tmp) / "body"
         body.write_bytes(multipart(digit_png()))
         for max_batch in (64, 1):
-            server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body,
-                                                                   server_cpus)
-            rows, bares = rows + server_rows, bares + [bare]
+            server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body, server_cpus)
+            rows, bares = rows + server_rows, [*bares, bare]
         rows += bench_template(clients, args.seconds, body, server_cpus)
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
-    report = {"device": machine(), "providers": providers, "precision": precision, "load_generator": "hey",
-              "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "when": time.strftime("%Y-%m-%d %H:%M"),
-              "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
-              "seconds": args.seconds, "bare_session_run": bare,
-              "rows": rows, "targets": targets(rows, bare, on_gpu)}
+    report = {
+        "device": machine(),
+        "providers": providers,
+        "precision": precision,
+        "load_generator": "hey",
+        "server_cpus": sorted(server_cpus),
+        "client_cpus": sorted(client_cpus),
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
+        "seconds": args.seconds,
+        "bare_session_run": bare,
+        "rows": rows,
+        "targets": targets(rows, bare, on_gpu),
+    }
     write_report(args.out, report, markdown(report))
     return report
 

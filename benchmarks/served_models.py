@@ -18,6 +18,7 @@ model's own preprocessing re-finds and re-fits the object) on the first --auto-l
 Latency: one client, sequential requests with the full answer (capsules, reconstruction(s),
 routing), p50 and p90. Writes benchmarks/results/served_models.json and .md. Not a test.
 """
+
 import argparse
 import json
 import os
@@ -41,17 +42,20 @@ def test_set(name: str, data_dir: Path, limit: int) -> tuple[list[bytes], np.nda
     import torch
 
     from training import data
+
     dataset = "fashion-mnist" if name == "fashion-mnist" else "mnist"
     test = data.load(data_dir / dataset)["test"]
     if name in ("mnist", "fashion-mnist"):
         images, labels = test.images.numpy()[:limit], test.labels.numpy()[:limit]
     elif name == "multimnist":
         from training.experiments.multimnist import iter_pairs
+
         batches = list(iter_pairs(test, per_digit=1, seed=2, batch_size=1000))
         images = torch.cat([b.images[:, 0] for b in batches]).numpy()[:limit]
         labels = torch.cat([b.labels for b in batches]).numpy()[:limit]
     else:
         from training.experiments.affine import test_sets
+
         images = test_sets(test, seed=2017)["affNIST-like"][:limit, 0].numpy()
         labels = test.labels.numpy()[:limit]
     return [encode(x) for x in images], labels
@@ -65,8 +69,11 @@ def right(answer: dict, label: np.ndarray) -> bool:
 
 def accuracy(client: httpx.Client, model: str, files: list[bytes], labels: np.ndarray, preprocess: str) -> dict:
     def ask(i: int) -> bool:
-        r = client.post("/predict", params={"model": model, "preprocess": preprocess, "include": ""},
-                        files={"file": ("x.png", files[i], "image/png")})
+        r = client.post(
+            "/predict",
+            params={"model": model, "preprocess": preprocess, "include": ""},
+            files={"file": ("x.png", files[i], "image/png")},
+        )
         r.raise_for_status()
         return right(r.json(), labels[i])
 
@@ -74,32 +81,47 @@ def accuracy(client: httpx.Client, model: str, files: list[bytes], labels: np.nd
     with ThreadPoolExecutor(CLIENTS) as pool:
         hits = list(pool.map(ask, range(len(files))))
     seconds = time.perf_counter() - start
-    return {"preprocess": preprocess, "images": len(files), "accuracy": round(float(np.mean(hits)), 4),
-            "errors": int(len(hits) - sum(hits)), "requests_per_s": round(len(files) / seconds, 1)}
+    return {
+        "preprocess": preprocess,
+        "images": len(files),
+        "accuracy": round(float(np.mean(hits)), 4),
+        "errors": int(len(hits) - sum(hits)),
+        "requests_per_s": round(len(files) / seconds, 1),
+    }
 
 
 def latency(client: httpx.Client, model: str, files: list[bytes]) -> dict:
     times = []
     for i in range(LATENCY_REQUESTS + 5):
         start = time.perf_counter()
-        client.post("/predict", params={"model": model}, files={"file": ("x.png", files[i % len(files)], "image/png")}
-                    ).raise_for_status()
+        client.post(
+            "/predict", params={"model": model}, files={"file": ("x.png", files[i % len(files)], "image/png")}
+        ).raise_for_status()
         times.append(1000 * (time.perf_counter() - start))
     times = times[5:]  # the first few warm the connection
-    return {"requests": LATENCY_REQUESTS, "p50_ms": round(float(np.percentile(times, 50)), 1),
-            "p90_ms": round(float(np.percentile(times, 90)), 1), "include": "capsules,reconstruction,routing"}
+    return {
+        "requests": LATENCY_REQUESTS,
+        "p50_ms": round(float(np.percentile(times, 50)), 1),
+        "p90_ms": round(float(np.percentile(times, 90)), 1),
+        "include": "capsules,reconstruction,routing",
+    }
 
 
 def table(result: dict) -> str:
-    lines = [f"Served models through HTTP ({result['device']}, {result['when']}, {CLIENTS} client threads for "
-             "accuracy, 1 for latency)", "",
-             "| model | metric | card | HTTP, preprocess=none | HTTP, preprocess=auto | p50 / p90 ms | precision |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Served models through HTTP ({result['device']}, {result['when']}, {CLIENTS} client threads for "
+        "accuracy, 1 for latency)",
+        "",
+        "| model | metric | card | HTTP, preprocess=none | HTTP, preprocess=auto | p50 / p90 ms | precision |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, m in result["models"].items():
         none, auto = m["runs"]
-        lines.append(f"| {name} | {m['metric']} | {100 * m['card_accuracy']:.2f}% | {100 * none['accuracy']:.2f}% "
-                     f"({none['images']:,}) | {100 * auto['accuracy']:.2f}% ({auto['images']:,}) | "
-                     f"{m['latency']['p50_ms']} / {m['latency']['p90_ms']} | {m['precision']} |")
+        lines.append(
+            f"| {name} | {m['metric']} | {100 * m['card_accuracy']:.2f}% | {100 * none['accuracy']:.2f}% "
+            f"({none['images']:,}) | {100 * auto['accuracy']:.2f}% ({auto['images']:,}) | "
+            f"{m['latency']['p50_ms']} / {m['latency']['p90_ms']} | {m['precision']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -115,18 +137,32 @@ def main(argv=None) -> dict:
 
     server = None if args.url else start_api(args.port)
     url = args.url or f"http://127.0.0.1:{args.port}"
-    result = {"device": machine(), "cores": os.cpu_count(), "url": url,
-              "when": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
+    result = {
+        "device": machine(),
+        "cores": os.cpu_count(),
+        "url": url,
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "models": {},
+    }
     try:
         with httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=CLIENTS)) as client:
             for model in client.get("/models").json()["models"]:
                 name = model["name"]
                 files, labels = test_set(name, args.data_dir, args.limit)
-                runs = [accuracy(client, name, files, labels, "none"),
-                        accuracy(client, name, files[:args.auto_limit], labels[:args.auto_limit], "auto")]
-                entry = {"metric": model["metric"], "card_accuracy": model["accuracy"], "test_set": model["test_set"],
-                         "precision": model["precision"], "provider": model["provider"], "version": model["version"],
-                         "runs": runs, "latency": latency(client, name, files)}
+                runs = [
+                    accuracy(client, name, files, labels, "none"),
+                    accuracy(client, name, files[: args.auto_limit], labels[: args.auto_limit], "auto"),
+                ]
+                entry = {
+                    "metric": model["metric"],
+                    "card_accuracy": model["accuracy"],
+                    "test_set": model["test_set"],
+                    "precision": model["precision"],
+                    "provider": model["provider"],
+                    "version": model["version"],
+                    "runs": runs,
+                    "latency": latency(client, name, files),
+                }
                 result["models"][name] = entry
                 print(name, json.dumps(entry), flush=True)
     finally:

@@ -3,6 +3,7 @@
 
 $ uvicorn benchmarks.template_app:app --port 8000
 """
+
 import io
 
 import numpy as np
@@ -12,7 +13,9 @@ from PIL import Image
 
 from model import contract
 
-session = ort.InferenceSession(str(contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"])
+session = ort.InferenceSession(
+    str(contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"]
+)
 app = FastAPI()
 
 

@@ -18,6 +18,7 @@ batch of random primary capsules (128, 1152, 8), fp32, forward and forward + bac
 zeroed between calls): ours (fused_digit_routing, what training runs) and the baseline's. A benchmark, not a test: it
 prints and saves numbers (benchmarks/results/train_throughput.json).
 """
+
 import argparse
 import json
 import time
@@ -70,8 +71,11 @@ def ours(task: ShiftedDigits, device: str, precision: str, compile: bool, steps:
     torch.manual_seed(0)
     model = channels_last(CapsNet(CapsNetConfig()).to(device))
     opt = torch.optim.Adam(model.parameters(), fused=device.startswith("cuda"))
-    loss_fn = torch.compile(task.loss, mode="reduce-overhead" if device.startswith("cuda") else "default") \
-        if compile else task.loss
+    loss_fn = (
+        torch.compile(task.loss, mode="reduce-overhead" if device.startswith("cuda") else "default")
+        if compile
+        else task.loss
+    )
     gen = torch.Generator(device=device).manual_seed(0)
     idx = torch.arange(BATCH, device=device)
     amp = autocast(device, precision)
@@ -84,6 +88,7 @@ def ours(task: ShiftedDigits, device: str, precision: str, compile: bool, steps:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+
     return per_step(step, device, steps)
 
 
@@ -102,6 +107,7 @@ def baseline(task: ShiftedDigits, device: str, steps: int) -> float:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+
     return per_step(step, device, steps)
 
 
@@ -115,9 +121,11 @@ def routing_steps(u: torch.Tensor, W: torch.Tensor) -> dict[str, callable]:
 
     def baseline():
         return public_capsnet.routing((W_public @ u_public[:, None, :, :, None]).squeeze(-1), 3)
+
     calls = {"ours": (lambda: fused_digit_routing(u, W, 3)[0], (u, W)), "baseline": (baseline, (u_public, W_public))}
     steps = {}
     for name, (call, leaves) in calls.items():
+
         def forward(call=call):
             with torch.no_grad():
                 call()
@@ -126,6 +134,7 @@ def routing_steps(u: torch.Tensor, W: torch.Tensor) -> dict[str, callable]:
             for leaf in leaves:
                 leaf.grad = None
             call().sum().backward()
+
         steps[f"{name}_forward"], steps[f"{name}_forward_backward"] = forward, forward_backward
     return steps
 
@@ -143,8 +152,15 @@ def bench_device(device: str, steps: int, compile: bool) -> dict:
     task = digits(device)
     default = resolve_precision(TrainConfig(device=device))
     precisions = ["fp32"] + (["bf16"] if native_bf16(device) else [])
-    result = {"device": device, "hardware": hardware(device), "torch": torch.__version__, "batch": BATCH,
-              "steps": steps, "compile": compile, "default_precision": default}
+    result = {
+        "device": device,
+        "hardware": hardware(device),
+        "torch": torch.__version__,
+        "batch": BATCH,
+        "steps": steps,
+        "compile": compile,
+        "default_precision": default,
+    }
     for precision in precisions:
         result[f"ours_{precision}_images_per_s"] = BATCH / ours(task, device, precision, compile, steps)
     result["baseline_images_per_s"] = BATCH / baseline(task, device, steps)
@@ -164,14 +180,19 @@ def main(argv=None) -> list[dict]:
     for device in args.devices:
         r = bench_device(device, args.steps, args.compile)
         results.append(r)
-        ours_line = ", ".join(f"{p} {r[f'ours_{p}_images_per_s']:.0f}" for p in ("fp32", "bf16")
-                              if f"ours_{p}_images_per_s" in r)
-        print(f"{r['hardware']}: training images/s at batch {BATCH}: ours {ours_line}; public-style baseline "
-              f"{r['baseline_images_per_s']:.0f}; ratio {r['ratio']:.2f}x (ours at {r['default_precision']})")
-        print(f"  votes + routing r=3 for ({BATCH}, 1152, 8) primary capsules: "
-              f"ours {r['ours_forward_ms']:.1f} ms forward, "
-              f"{r['ours_forward_backward_ms']:.1f} ms fwd+bwd; baseline {r['baseline_forward_ms']:.1f} / "
-              f"{r['baseline_forward_backward_ms']:.1f} ms")
+        ours_line = ", ".join(
+            f"{p} {r[f'ours_{p}_images_per_s']:.0f}" for p in ("fp32", "bf16") if f"ours_{p}_images_per_s" in r
+        )
+        print(
+            f"{r['hardware']}: training images/s at batch {BATCH}: ours {ours_line}; public-style baseline "
+            f"{r['baseline_images_per_s']:.0f}; ratio {r['ratio']:.2f}x (ours at {r['default_precision']})"
+        )
+        print(
+            f"  votes + routing r=3 for ({BATCH}, 1152, 8) primary capsules: "
+            f"ours {r['ours_forward_ms']:.1f} ms forward, "
+            f"{r['ours_forward_backward_ms']:.1f} ms fwd+bwd; baseline {r['baseline_forward_ms']:.1f} / "
+            f"{r['baseline_forward_backward_ms']:.1f} ms"
+        )
     # one row per (hardware, compile): a run on one machine keeps the rows measured on others
     kept = json.loads(args.out.read_text())["results"] if args.out.exists() else []
     fresh = {(r["hardware"], r["compile"]) for r in results}

@@ -22,6 +22,7 @@ The rooms: settings.py (CAPSNET_DEMO_*), client.py (the API over HTTP), tabs.py 
 views.py (what an answer shows), screen.py (which answer may show), layout.py (the components),
 handlers.py (what an event does), events.py (which event does it), plots.py and pad.py.
 """
+
 import logging
 
 import gradio as gr

@@ -3,6 +3,7 @@
 Every failure becomes an ApiError whose message a person can act on; ApiUnreachable says the API may
 answer later (down, slow, or still loading its models).
 """
+
 import logging
 import time
 from typing import Any
@@ -70,7 +71,7 @@ class ApiClient:
 
     def reconstruct(self, digits: list[int], capsules: np.ndarray, model: str | None = None) -> np.ndarray:
         """Decode capsules (n, 16), each placed at its class's slot, in one batch: (n, S, S) at the model's size."""
-        items = [{"digit": int(d), "capsule": c.tolist()} for d, c in zip(digits, capsules)]
+        items = [{"digit": int(d), "capsule": c.tolist()} for d, c in zip(digits, capsules, strict=True)]
         answer = self.call("POST", "/reconstruct", params={**which(model), "include": "image"}, json={"items": items})
         return np.array([r["image"] for r in answer["items"]], dtype=np.float32)
 

@@ -5,18 +5,20 @@ Every answer is one event, and its follow-up (routing maps, perturbed capsule, F
 waits until the browser has drawn the answer: Gradio's page does work for every event on every
 component with a progress status, so fewer events answer sooner (an example: 425 -> 229 ms here).
 """
+
 from functools import partial
 from typing import Any
 
 import gradio as gr
 
-from frontend import handlers
+from frontend import handlers, screen
 from frontend.client import ApiClient
 from frontend.layout import Page, TabUI
-from frontend import screen
 from frontend.screen import DRAWING, UPLOAD
 
-LIVE: dict[str, Any] = dict(trigger_mode="always_last", show_progress="minimal")  # while one call runs, only the last new one waits
+LIVE: dict[str, Any] = dict(
+    trigger_mode="always_last", show_progress="minimal"
+)  # while one call runs, only the last new one waits
 PRIVATE: dict[str, Any] = dict(api_visibility="private")
 # What follows an answer (its routing maps, the perturbed capsule and Fig. 4) waits until the browser has
 # drawn the answer, so that neither its work on the server nor the page's own for a new event takes the
@@ -46,36 +48,64 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
     inputs, panel, api = ui.inputs, ui.panel, ui.tab.prefix.replace("-", "_")
     gated = partial(screen.gated, answer=ui.answer)  # the Screen keeps the answer each shown event gives
     answers = list(ui.outputs.values())
-    follow: dict[str, Any] = dict(fn=partial(handlers.follow_up, client, ui), inputs=[ui.screen, *panel.sliders],
-                  outputs=[ui.routing, panel.perturbed, panel.grid], show_progress="hidden", js=AFTER_PAINT)
+    follow: dict[str, Any] = dict(
+        fn=partial(handlers.follow_up, client, ui),
+        inputs=[ui.screen, *panel.sliders],
+        outputs=[ui.routing, panel.perturbed, panel.grid],
+        show_progress="hidden",
+        js=AFTER_PAINT,
+    )
     drawn, uploaded = partial(handlers.answer_drawing, client, ui), partial(handlers.answer_upload, client, ui)
     ask = partial(handlers.ask, ui)
     pad, button, draw_tab, upload_tab = inputs.pad, inputs.button, inputs.draw_tab, inputs.upload_tab
     if pad is not None and button is not None and draw_tab is not None and upload_tab is not None:  # a Draw tab
         # A stroke's end (the pad's .input) and the Predict click are one event, so the browser runs them in
         # turn: a click during a stroke's prediction waits and then reads the canvas as it is by then.
-        gr.on([pad.input, button.click], gated(drawn, DRAWING), [ui.screen, pad], answers,
-              **LIVE, api_name=f"{api}predict_drawing").then(**follow)
+        gr.on(
+            [pad.input, button.click],
+            gated(drawn, DRAWING),
+            [ui.screen, pad],
+            answers,
+            **LIVE,
+            api_name=f"{api}predict_drawing",
+        ).then(**follow)
         pad.clear(gated(ask, DRAWING, switch=True), [ui.screen], answers, **PRIVATE).then(**follow)
         # The tab in view answers: switching to Draw reads the drawing (or asks for one), to Upload the image.
-        draw_tab.select(gated(drawn, DRAWING, tab_select=True), [ui.screen, pad], answers,
-                        **LIVE, **PRIVATE).then(**follow)
-        upload_tab.select(gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers,
-                          **LIVE, **PRIVATE).then(**follow)
+        draw_tab.select(gated(drawn, DRAWING, tab_select=True), [ui.screen, pad], answers, **LIVE, **PRIVATE).then(
+            **follow
+        )
+        upload_tab.select(
+            gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers, **LIVE, **PRIVATE
+        ).then(**follow)
     # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
-    inputs.upload.upload(gated(uploaded, UPLOAD, switch=True), [ui.screen, inputs.upload], answers, **LIVE,
-                         api_name=f"{api}predict_upload").then(**follow)
+    inputs.upload.upload(
+        gated(uploaded, UPLOAD, switch=True),
+        [ui.screen, inputs.upload],
+        answers,
+        **LIVE,
+        api_name=f"{api}predict_upload",
+    ).then(**follow)
     # A cleared upload asks again without reading the upload: after an example, its clear event can still
     # carry the example's file.
     inputs.upload.clear(gated(ask, UPLOAD, switch=True), [ui.screen], answers, **LIVE, **PRIVATE).then(**follow)
     shows_example = [inputs.tabs, inputs.upload] if inputs.tabs is not None else [inputs.upload]
-    inputs.examples.click(gated(partial(handlers.answer_example, client, ui), UPLOAD, switch=True),
-                          [ui.screen, inputs.examples], [*shows_example, *answers], **LIVE, **PRIVATE).then(**follow)
+    inputs.examples.click(
+        gated(partial(handlers.answer_example, client, ui), UPLOAD, switch=True),
+        [ui.screen, inputs.examples],
+        [*shows_example, *answers],
+        **LIVE,
+        **PRIVATE,
+    ).then(**follow)
 
     # The perturbation panel: a capsule picked or a slider let go redraws; a new answer's follow-up does too.
-    redraw: dict[str, Any] = dict(fn=partial(handlers.redraw, client, ui), inputs=[ui.capsules, panel.digit, *panel.sliders],
-                  outputs=panel.perturbed)
-    regrid: dict[str, Any] = dict(fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid)
+    redraw: dict[str, Any] = dict(
+        fn=partial(handlers.redraw, client, ui),
+        inputs=[ui.capsules, panel.digit, *panel.sliders],
+        outputs=panel.perturbed,
+    )
+    regrid: dict[str, Any] = dict(
+        fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid
+    )
     panel.digit.input(**redraw, **LIVE).then(**regrid)
     gr.on([slider.release for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
     panel.reset.click(partial(handlers.reset_sliders, ui), None, panel.sliders, **PRIVATE).then(**redraw)

@@ -1,6 +1,7 @@
 """Handlers: what the demo does for an event. First plain functions of (client, inputs) -> a view or an
 image, testable alone; then the events' own, which return Gradio updates keyed by component (a tab's
 TabUI names them), so no list of outputs has to match an order. frontend/events.py binds them."""
+
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,9 @@ def routing_view(tab: Tab, answer: dict[str, Any] | None) -> Image.Image | None:
     return None if answer is None else routing_maps(answer, tab.classes)
 
 
-def perturb(client: ApiClient, capsules: list[list[float]] | None, digit: int | None, *deltas: float,
-            model: str | None = None) -> Image.Image | None:
+def perturb(
+    client: ApiClient, capsules: list[list[float]] | None, digit: int | None, *deltas: float, model: str | None = None
+) -> Image.Image | None:
     """The reconstruction from `digit`'s capsule with `deltas` (one per dimension) added to it."""
     if capsules is None or digit is None:
         return None
@@ -75,8 +77,9 @@ def fig4_tiles(client: ApiClient, capsule: np.ndarray, digit: int, model: str | 
     return tiles.reshape(dims, steps, *tiles.shape[1:])
 
 
-def fig4(client: ApiClient, capsules: list[list[float]] | None, digit: int | None,
-         model: str | None = None) -> Image.Image | None:
+def fig4(
+    client: ApiClient, capsules: list[list[float]] | None, digit: int | None, model: str | None = None
+) -> Image.Image | None:
     if capsules is None or digit is None:
         return None
     try:
@@ -134,8 +137,7 @@ def follow_up(client: ApiClient, ui: TabUI, screen: Screen, *deltas: float) -> I
     yield {panel.grid: fig4(client, capsules, digit, model=model)}
 
 
-def redraw(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, digit: int | None,
-           *deltas: float) -> dict:
+def redraw(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, digit: int | None, *deltas: float) -> dict:
     """The chosen capsule, perturbed by the sliders."""
     return {ui.panel.perturbed: perturb(client, capsules, digit, *deltas, model=ui.tab.model)}
 

@@ -1,5 +1,6 @@
 """The page: an introduction, a tab per served model and the footer, built by small functions that
 return their components. No events here: frontend/events.py wires them all in one place."""
+
 from typing import NamedTuple
 
 import gradio as gr
@@ -59,8 +60,14 @@ class Inputs(NamedTuple):
 
 def inputs(tab: Tab) -> Inputs:
     look, p = tab.look, tab.prefix
-    upload = gr.Image(type="filepath", sources=["upload", "clipboard"], label=f"An image of {look.subject}",
-                      height=360, elem_id=f"{p}upload", render=False)
+    upload = gr.Image(
+        type="filepath",
+        sources=["upload", "clipboard"],
+        label=f"An image of {look.subject}",
+        height=360,
+        elem_id=f"{p}upload",
+        render=False,
+    )
     pad = button = tabs = draw_tab = upload_tab = None
     if look.canvas:
         with gr.Tabs(elem_id=f"{p}inputs") as tabs:
@@ -73,8 +80,13 @@ def inputs(tab: Tab) -> Inputs:
         upload.render()
     # A dataset rather than gr.Examples: a click is one event that shows the example and answers it
     # (gr.Examples loads the example in one event and the upload's change answers in a second).
-    examples = gr.Dataset(components=[upload], samples=[[str(path)] for path in look.examples], type="index",
-                          label=look.examples_label, elem_id=f"{p}examples")
+    examples = gr.Dataset(
+        components=[upload],
+        samples=[[str(path)] for path in look.examples],
+        type="index",
+        label=look.examples_label,
+        elem_id=f"{p}examples",
+    )
     return Inputs(pad, button, tabs, draw_tab, upload_tab, upload, examples)
 
 
@@ -85,7 +97,7 @@ def answer_column(tab: Tab) -> tuple[gr.Markdown, dict[str, gr.Image], gr.Image]
     shown = PICTURES[tab.view]
     for row in range(0, len(shown), 2):
         with gr.Row():
-            pictures |= {field: picture(label, f"{tab.prefix}{name}") for field, label, name in shown[row:row + 2]}
+            pictures |= {field: picture(label, f"{tab.prefix}{name}") for field, label, name in shown[row : row + 2]}
     lengths = gr.Image(label="Capsule lengths", format="png", buttons=[], elem_id=f"{tab.prefix}lengths")
     return status, pictures, lengths
 
@@ -97,8 +109,9 @@ def routing_column(tab: Tab) -> gr.Image:
         f"### Routing\nWhere the votes went: for each {noun}, the {grid}x{grid} PrimaryCaps grid weighted by the "
         "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. " + first
     )
-    return gr.Image(label="Routing maps", format="png", show_label=False, buttons=["fullscreen"],
-                    elem_id=f"{tab.prefix}routing")
+    return gr.Image(
+        label="Routing maps", format="png", show_label=False, buttons=["fullscreen"], elem_id=f"{tab.prefix}routing"
+    )
 
 
 class Panel(NamedTuple):
@@ -122,9 +135,12 @@ def perturbation_panel(tab: Tab) -> Panel:
             )
             with gr.Row():
                 with gr.Column(min_width=200):
-                    digit = gr.Radio(choices=[(name, j) for j, name in enumerate(tab.classes)],
-                                     label=f"Decode the capsule of {noun}", info=tab.look.pick_info,
-                                     elem_id=f"{p}capsule")
+                    digit = gr.Radio(
+                        choices=[(name, j) for j, name in enumerate(tab.classes)],
+                        label=f"Decode the capsule of {noun}",
+                        info=tab.look.pick_info,
+                        elem_id=f"{p}capsule",
+                    )
                     reset = gr.Button("Reset sliders")
                 perturbed = picture("Perturbed", f"{p}perturbed")
             sliders = []
@@ -132,15 +148,28 @@ def perturbation_panel(tab: Tab) -> Panel:
                 for column in range(2):
                     with gr.Column(min_width=200):
                         for k in range(column * CAPSULE_DIM // 2, (column + 1) * CAPSULE_DIM // 2):
-                            sliders.append(gr.Slider(-PERTURB_LIMIT, PERTURB_LIMIT, value=0.0, step=PERTURB_STEP,
-                                                     label=f"dim {k + 1}", elem_id=f"{p}dim-{k + 1}"))
+                            sliders.append(
+                                gr.Slider(
+                                    -PERTURB_LIMIT,
+                                    PERTURB_LIMIT,
+                                    value=0.0,
+                                    step=PERTURB_STEP,
+                                    label=f"dim {k + 1}",
+                                    elem_id=f"{p}dim-{k + 1}",
+                                )
+                            )
         with gr.Column(scale=4, min_width=360):
             gr.Markdown(
                 "### Fig. 4: every dimension at once\nRow d adds −0.25 … +0.25 (steps of 0.05) to dimension d "
                 "of the chosen capsule, as in the paper's Fig. 4."
             )
-            grid = gr.Image(label="Dimension perturbations", format="png", show_label=False,
-                            buttons=["fullscreen", "download"], elem_id=f"{p}grid")
+            grid = gr.Image(
+                label="Dimension perturbations",
+                format="png",
+                show_label=False,
+                buttons=["fullscreen", "download"],
+                elem_id=f"{p}grid",
+            )
     return Panel(digit, reset, sliders, perturbed, grid)
 
 
@@ -163,8 +192,15 @@ class TabUI(NamedTuple):
     @property
     def outputs(self) -> dict[str, gr.components.Component]:
         """The component of each field of the tab's view (views.updates)."""
-        return {"status": self.status, **self.pictures, "lengths": self.lengths, "capsules": self.capsules,
-                "digit": self.panel.digit, "footer": self.footer, "answer": self.answer}
+        return {
+            "status": self.status,
+            **self.pictures,
+            "lengths": self.lengths,
+            "capsules": self.capsules,
+            "digit": self.panel.digit,
+            "footer": self.footer,
+            "answer": self.answer,
+        }
 
 
 def model_tab(tab: Tab, footer: gr.Markdown) -> TabUI:

@@ -8,6 +8,7 @@ data URL: black ink on a transparent canvas, ink in alpha (the API reads either)
 whatever the theme. Undo and Clear redraw the strokes kept in the page; emptied, the pad fires `clear`
 with no value. Mouse, pen and touch alike (pointer events; the canvas does not scroll the page).
 """
+
 import base64
 
 import gradio as gr
@@ -48,7 +49,8 @@ let stroke = null;
 
 const at = (event) => {
     const box = canvas.getBoundingClientRect();
-    return [(event.clientX - box.left) * canvas.width / box.width, (event.clientY - box.top) * canvas.height / box.height];
+    return [(event.clientX - box.left) * canvas.width / box.width,
+            (event.clientY - box.top) * canvas.height / box.height];
 };
 const dot = ([x, y]) => { pen.beginPath(); pen.arc(x, y, props.brush, 0, 2 * Math.PI); pen.fill(); };
 const line = (a, b) => { pen.beginPath(); pen.moveTo(...a); pen.lineTo(...b); pen.stroke(); };
@@ -89,8 +91,17 @@ clear.addEventListener('click', () => { strokes.length = 0; paint(); send(); });
 def drawing_pad(label: str, elem_id: str, size: int, brush: int) -> gr.HTML:
     """A `size` px square pad drawn with a round pen of radius `brush` px; its value is a PNG data URL
     (None when empty), its events `input` (a stroke ended, or one was undone) and `clear`."""
-    return gr.HTML(value=None, html_template=HTML, css_template=CSS, js_on_load=JS, label=label,
-                   elem_id=elem_id, elem_classes="pad", size=size, brush=brush)
+    return gr.HTML(
+        value=None,
+        html_template=HTML,
+        css_template=CSS,
+        js_on_load=JS,
+        label=label,
+        elem_id=elem_id,
+        elem_classes="pad",
+        size=size,
+        brush=brush,
+    )
 
 
 def drawing_png(drawing: str | None) -> bytes | None:
@@ -99,4 +110,4 @@ def drawing_png(drawing: str | None) -> bytes | None:
         return None
     if not drawing.startswith(PNG_DATA_URL):
         raise ValueError("not a PNG data URL")
-    return base64.b64decode(drawing[len(PNG_DATA_URL):], validate=True)
+    return base64.b64decode(drawing[len(PNG_DATA_URL) :], validate=True)

@@ -6,9 +6,10 @@ tinted), `lengths_chart` (the 10 capsule lengths with the margin-loss lines m+ a
 `routing_heatmaps` (the per-class routing maps on the primary grid, 6x6 or 10x10) and `fig4_grid`
 (the paper's Fig. 4: one row per capsule dimension, one column per perturbation).
 """
+
 import math
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps
@@ -27,18 +28,18 @@ DIGITS = tuple(str(j) for j in range(NUM_CLASSES))  # class names of the digit m
 SCALE = 8  # screen pixels per model pixel
 TILT = 40  # degrees: class names too wide for their bar are drawn slanted
 # Anchor colours of a dark-to-bright heat scale (black, purple, red, orange, pale yellow).
-HEAT = np.array(
-    [(0, 0, 4), (81, 18, 124), (183, 55, 121), (252, 137, 97), (252, 253, 191)], dtype=np.float32
-)
+HEAT = np.array([(0, 0, 4), (81, 18, 124), (183, 55, 121), (252, 137, 97), (252, 253, 191)], dtype=np.float32)
 
 
-@lru_cache(maxsize=None)
+@cache
 def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     """Pillow's bundled font at `size` px, loaded once (loading it costs more than drawing a chart)."""
     return ImageFont.load_default(size=size)
 
 
-def fitting_font(texts: Sequence[str], width: float, largest: int, smallest: int = 10) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+def fitting_font(
+    texts: Sequence[str], width: float, largest: int, smallest: int = 10
+) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     """The largest font, from `largest` down to `smallest` px, in which every text is at most `width` wide."""
     size = largest
     while size > smallest and max(font(size).getlength(t) for t in texts) > width:
@@ -71,8 +72,9 @@ def heat(values: np.ndarray) -> np.ndarray:
     return ((1 - t) * HEAT[low] + t * HEAT[low + 1]).round().astype(np.uint8)
 
 
-def slanted_text(image: Image.Image, xy: tuple[float, float], text: str,
-                 fnt: ImageFont.FreeTypeFont | ImageFont.ImageFont, fill: RGB) -> None:
+def slanted_text(
+    image: Image.Image, xy: tuple[float, float], text: str, fnt: ImageFont.FreeTypeFont | ImageFont.ImageFont, fill: RGB
+) -> None:
     """Draw `text` rising at TILT degrees, its end at `xy` (the top right of the slanted text)."""
     right, bottom = fnt.getbbox(text)[2:]
     label = Image.new("RGBA", (int(right) + 2, int(bottom) + 2), (0, 0, 0, 0))  # whole pixels, as Pillow's are
@@ -81,8 +83,9 @@ def slanted_text(image: Image.Image, xy: tuple[float, float], text: str,
     image.paste(label, (round(xy[0] - label.width), round(xy[1])), label)
 
 
-def lengths_chart(lengths: np.ndarray, marks: dict[int, RGB], names: Sequence[str] = DIGITS,
-                  width: int = 560, height: int = 260) -> Image.Image:
+def lengths_chart(
+    lengths: np.ndarray, marks: dict[int, RGB], names: Sequence[str] = DIGITS, width: int = 560, height: int = 260
+) -> Image.Image:
     """Bar chart of the 10 capsule lengths ||v_j|| with the margin-loss lines m+ and m-.
 
     A present class is trained to a length above m+ and an absent one below m- (paper, Eq. 4). `marks`
@@ -126,8 +129,14 @@ def lengths_chart(lengths: np.ndarray, marks: dict[int, RGB], names: Sequence[st
     return image
 
 
-def routing_heatmaps(maps: np.ndarray, lengths: np.ndarray, order: list[int], marks: dict[int, RGB],
-                     names: Sequence[str] = DIGITS, tile: int = 120) -> Image.Image:
+def routing_heatmaps(
+    maps: np.ndarray,
+    lengths: np.ndarray,
+    order: list[int],
+    marks: dict[int, RGB],
+    names: Sequence[str] = DIGITS,
+    tile: int = 120,
+) -> Image.Image:
     """The per-class routing maps (a square primary grid each) as heat tiles in the given order, on one
     shared scale.
 
@@ -164,8 +173,9 @@ def fig4_grid(tiles: np.ndarray, offsets: np.ndarray, scale: int = 2) -> Image.I
     image = Image.new("RGB", (left + steps * (side + gap), top + dims * (side + gap)), PAPER)
     draw = ImageDraw.Draw(image)
     for c, offset in enumerate(offsets):
-        draw.text((left + c * (side + gap) + side / 2, top - 6), f"{offset:+.2f}", fill=MUTED, font=font(11),
-                  anchor="ms")
+        draw.text(
+            (left + c * (side + gap) + side / 2, top - 6), f"{offset:+.2f}", fill=MUTED, font=font(11), anchor="ms"
+        )
     for r in range(dims):
         draw.text((left - 8, top + r * (side + gap) + side / 2), f"dim {r + 1}", fill=INK, font=font(12), anchor="rm")
         for c in range(steps):

@@ -4,6 +4,7 @@ A stroke's answer can arrive after the Predict click's, and a drawing's after an
 Screen keeps a late answer to an older input from replacing a newer one (README: "The demo answers for
 what is on screen"), and `gated` puts it in front of an event's handler.
 """
+
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -66,17 +67,20 @@ class Screen:
             return True, self.answer
 
 
-def gated(handler: Callable[..., dict], source: str, switch: bool = False, tab_select: bool = False,
-          answer: Any = None) -> Callable[..., dict]:
+def gated(
+    handler: Callable[..., dict], source: str, switch: bool = False, tab_select: bool = False, answer: Any = None
+) -> Callable[..., dict]:
     """An event function: `handler`'s updates (keyed by component), or none at all (gr.skip()) when the
     Screen (its first input) says they are not for what is on screen. `switch`: the event puts `source`
     on screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected again, or by
     the page's own script after an upload, has nothing new to say); `answer`: the component whose update
     is the API's answer, which the Screen keeps for the follow-up."""
+
     def run(screen: Screen, *inputs: Any) -> dict:
         ticket = screen.switch(source) if tab_select else screen.start(source if switch else None)
         if ticket is None:
             return gr.skip()
         updates = handler(*inputs)
         return updates if screen.show(ticket, source, updates.get(answer)) else gr.skip()
+
     return run

@@ -1,4 +1,5 @@
 """Where the demo listens and which API it asks: typed settings read from CAPSNET_DEMO_* once."""
+
 from functools import lru_cache
 
 from pydantic_settings import BaseSettings, SettingsConfigDict

@@ -5,6 +5,7 @@ input size, preprocessing kind, classes, objects per image); what is presentatio
 the prompt, the examples) follows from the preprocessing kind, never from the model's name. A model the
 API serves gets a tab (the affine model: a Digit tab with a 40x40 input); one it does not serve gets none.
 """
+
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,18 +38,37 @@ class Look(NamedTuple):
 
 LOOKS = {
     "digit": Look(
-        label="Digit", prefix="", subject="a digit", canvas=True, prompt=DRAW_A_DIGIT, examples=EXAMPLES,
-        examples_label="MNIST test digits", noun="digit", pick_info="What does the 3-capsule see? Pick any digit.",
+        label="Digit",
+        prefix="",
+        subject="a digit",
+        canvas=True,
+        prompt=DRAW_A_DIGIT,
+        examples=EXAMPLES,
+        examples_label="MNIST test digits",
+        noun="digit",
+        pick_info="What does the 3-capsule see? Pick any digit.",
     ),
     "digit-pair": Look(
-        label="Two digits", prefix="pair-", subject="two digits", canvas=True, prompt=DRAW_TWO_DIGITS,
-        examples=PAIR_EXAMPLES, examples_label="Generated MultiMNIST pairs", noun="digit",
+        label="Two digits",
+        prefix="pair-",
+        subject="two digits",
+        canvas=True,
+        prompt=DRAW_TWO_DIGITS,
+        examples=PAIR_EXAMPLES,
+        examples_label="Generated MultiMNIST pairs",
+        noun="digit",
         pick_info="The red digit first; pick the green one, or any digit.",
         about=", each redrawn from its own capsule, in red and green over the input as in Fig. 5",
     ),
     "garment": Look(
-        label="Fashion", prefix="fashion-", subject="a garment", canvas=False, prompt=SHOW_A_GARMENT,
-        examples=FASHION_EXAMPLES, examples_label="Fashion-MNIST test images", noun="class",
+        label="Fashion",
+        prefix="fashion-",
+        subject="a garment",
+        canvas=False,
+        prompt=SHOW_A_GARMENT,
+        examples=FASHION_EXAMPLES,
+        examples_label="Fashion-MNIST test images",
+        noun="class",
         pick_info="What does the Bag capsule see? Pick any class.",
     ),
 }
@@ -70,10 +90,20 @@ class Tab(NamedTuple):
 def tab_of(entry: dict[str, Any], title: str, prefix: str) -> Tab:
     """The tab of one entry of GET /models (app/schemas.py: ModelEntry)."""
     if entry["objects"] not in VIEWS:
-        raise ValueError(f"model {entry['name']} names {entry['objects']} objects per image; "
-                         f"the demo shows {' or '.join(map(str, VIEWS))}")
-    return Tab(model=entry["name"], title=title, prefix=prefix, task=entry["task"], size=entry["input_size"],
-               classes=list(entry["classes"]), view=VIEWS[entry["objects"]], look=LOOKS[entry["preprocessing"]])
+        raise ValueError(
+            f"model {entry['name']} names {entry['objects']} objects per image; "
+            f"the demo shows {' or '.join(map(str, VIEWS))}"
+        )
+    return Tab(
+        model=entry["name"],
+        title=title,
+        prefix=prefix,
+        task=entry["task"],
+        size=entry["input_size"],
+        classes=list(entry["classes"]),
+        view=VIEWS[entry["objects"]],
+        look=LOOKS[entry["preprocessing"]],
+    )
 
 
 def tabs_from(models: dict[str, Any]) -> list[Tab]:
@@ -92,4 +122,3 @@ def tabs_from(models: dict[str, Any]) -> list[Tab]:
             prefix = f"{prefix}{len(tabs)}-"
         tabs.append(tab_of(entry, title, prefix))
     return tabs
-

@@ -3,6 +3,7 @@
 A view is plain data (a NamedTuple), made from the API's JSON without Gradio's help and testable alone;
 `updates` hands each field to the component of the same name in a tab's layout.
 """
+
 import base64
 import io
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ def seen_image(answer: dict[str, Any]) -> Image.Image:
 def marks(answer: dict[str, Any]) -> dict[int, plots.RGB]:
     """The answered classes and their colours: the prediction, or each object of a pair (red, green)."""
     if "objects" in answer:
-        return {int(o["digit"]): colour for o, colour in zip(answer["objects"], plots.PAIR_COLOURS)}
+        return {int(o["digit"]): colour for o, colour in zip(answer["objects"], plots.PAIR_COLOURS, strict=True)}
     return {int(answer["prediction"]): plots.WINNER}
 
 
@@ -81,11 +82,21 @@ class PredictView(NamedTuple):
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
         prediction, label = int(answer["prediction"]), answer["label"]
         length = answer["probabilities"][prediction]
-        status = (f"## Prediction: **{label}**\n"
-                  f"Capsule length ‖v<sub>{label}</sub>‖ = {length:.3f}; " + runner_up_and_warnings(answer))
+        status = (
+            f"## Prediction: **{label}**\n"
+            f"Capsule length ‖v<sub>{label}</sub>‖ = {length:.3f}; " + runner_up_and_warnings(answer)
+        )
         reconstruction = plots.digit(np.asarray(answer["reconstruction"]["image"]))
-        return cls(status, seen_image(answer), reconstruction, lengths_chart(answer, names), answer["capsules"],
-                   picked(answer), answer_footer(answer, api_url), answer)
+        return cls(
+            status,
+            seen_image(answer),
+            reconstruction,
+            lengths_chart(answer, names),
+            answer["capsules"],
+            picked(answer),
+            answer_footer(answer, api_url),
+            answer,
+        )
 
 
 class PairView(NamedTuple):
@@ -106,16 +117,29 @@ class PairView(NamedTuple):
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PairView":
         objects = answer["objects"]
         first, second = objects
-        status = (f"## Digits: **{first['label']}** and **{second['label']}**\n"
-                  f"Capsule lengths ‖v<sub>{first['label']}</sub>‖ = {first['length']:.3f} (red) and "
-                  f"‖v<sub>{second['label']}</sub>‖ = {second['length']:.3f} (green); "
-                  + runner_up_and_warnings(answer))
-        drawings = [plots.digit(np.asarray(o["reconstruction"]["image"]), colour=colour)
-                    for o, colour in zip(objects, plots.PAIR_COLOURS)]
+        status = (
+            f"## Digits: **{first['label']}** and **{second['label']}**\n"
+            f"Capsule lengths ‖v<sub>{first['label']}</sub>‖ = {first['length']:.3f} (red) and "
+            f"‖v<sub>{second['label']}</sub>‖ = {second['length']:.3f} (green); " + runner_up_and_warnings(answer)
+        )
+        drawings = [
+            plots.digit(np.asarray(o["reconstruction"]["image"]), colour=colour)
+            for o, colour in zip(objects, plots.PAIR_COLOURS, strict=True)
+        ]
         overlay = plots.enlarge(decode_data_url(answer["overlay"]).convert("RGB"))
         first_drawn, second_drawn = drawings
-        return cls(status, seen_image(answer), overlay, first_drawn, second_drawn, lengths_chart(answer, names),
-                   answer["capsules"], picked(answer), answer_footer(answer, api_url), answer)
+        return cls(
+            status,
+            seen_image(answer),
+            overlay,
+            first_drawn,
+            second_drawn,
+            lengths_chart(answer, names),
+            answer["capsules"],
+            picked(answer),
+            answer_footer(answer, api_url),
+            answer,
+        )
 
 
 View = PredictView | PairView
@@ -123,9 +147,12 @@ VIEWS: dict[int, type[View]] = {1: PredictView, 2: PairView}  # by the objects i
 # (field, label, elem_id) of each view's pictures, shown above the lengths chart
 PICTURES: dict[type[View], tuple[tuple[str, str, str], ...]] = {
     PredictView: (("input", "Model input", "seen"), ("reconstruction", "Reconstruction", "reconstruction")),
-    PairView: (("input", "Model input", "seen"), ("overlay", "Both digits redrawn (Fig. 5)", "overlay"),
-               ("first", "First digit, from its capsule", "first"),
-               ("second", "Second digit, from its capsule", "second")),
+    PairView: (
+        ("input", "Model input", "seen"),
+        ("overlay", "Both digits redrawn (Fig. 5)", "overlay"),
+        ("first", "First digit, from its capsule", "first"),
+        ("second", "Second digit, from its capsule", "second"),
+    ),
 }
 
 

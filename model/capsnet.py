@@ -12,6 +12,7 @@ CapsNetConfig -> CapsNet.
 For a 28x28 input: Conv1 20x20x256 -> 1152 primary 8D capsules -> 10 digit 16D capsules;
 8,215,568 parameters, 6,804,224 without the decoder (the paper's 8.2M and 6.8M), for dynamic routing.
 """
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -21,11 +22,33 @@ import torch.nn.functional as F
 import torch.nn.grad  # conv2d_input; torch.nn does not import this module itself
 
 from model import contract
-from model.routing import (ROUTINGS, DynamicRouting, EMRouting, QPRouting, capsule_length, digit_routing,
-                           fused_digit_routing, squash)
+from model.routing import (
+    ROUTINGS,
+    DynamicRouting,
+    EMRouting,
+    QPRouting,
+    capsule_length,
+    digit_routing,
+    fused_digit_routing,
+    squash,
+)
 
-__all__ = ["squash", "capsule_length", "one_hot", "StridedConv2d", "PrimaryCaps", "DigitCaps", "PrimaryMatrixCaps",
-           "MatrixDigitCaps", "Decoder", "margin_loss", "CapsNetConfig", "CapsNetOutput", "CapsNet", "create_routing"]
+__all__ = [
+    "CapsNet",
+    "CapsNetConfig",
+    "CapsNetOutput",
+    "Decoder",
+    "DigitCaps",
+    "MatrixDigitCaps",
+    "PrimaryCaps",
+    "PrimaryMatrixCaps",
+    "StridedConv2d",
+    "capsule_length",
+    "create_routing",
+    "margin_loss",
+    "one_hot",
+    "squash",
+]
 
 
 class _StridedConvFunction(torch.autograd.Function):
@@ -81,8 +104,9 @@ class PrimaryCaps(nn.Module):
     after the dims are moved last, so capsule index i = type * H * W + row * W + col.
     """
 
-    def __init__(self, in_chans: int = 256, num_types: int = 32, caps_dim: int = 8,
-                 kernel_size: int = 9, stride: int = 2):
+    def __init__(
+        self, in_chans: int = 256, num_types: int = 32, caps_dim: int = 8, kernel_size: int = 9, stride: int = 2
+    ):
         super().__init__()
         self.num_types, self.caps_dim = num_types, caps_dim
         self.conv = StridedConv2d(in_chans, num_types * caps_dim, kernel_size, stride)
@@ -106,8 +130,14 @@ class DigitCaps(nn.Module):
     round away; only the convolutions before them and the decoder after them take the autocast dtype.
     """
 
-    def __init__(self, in_caps: int = 1152, in_dim: int = 8, num_caps: int = 10, out_dim: int = 16,
-                 routing: nn.Module | None = None):
+    def __init__(
+        self,
+        in_caps: int = 1152,
+        in_dim: int = 8,
+        num_caps: int = 10,
+        out_dim: int = 16,
+        routing: nn.Module | None = None,
+    ):
         super().__init__()
         self.W = nn.Parameter(0.01 * torch.randn(in_caps, num_caps, out_dim, in_dim))
         self.routing = routing if routing is not None else DynamicRouting()
@@ -136,8 +166,15 @@ class PrimaryMatrixCaps(nn.Module):
     Capsule index i = type * H * W + row * W + col, as in PrimaryCaps.
     """
 
-    def __init__(self, in_chans: int = 256, num_types: int = 32, hidden_chans: int = 256, pose_size: int = 4,
-                 kernel_size: int = 9, stride: int = 2):
+    def __init__(
+        self,
+        in_chans: int = 256,
+        num_types: int = 32,
+        hidden_chans: int = 256,
+        pose_size: int = 4,
+        kernel_size: int = 9,
+        stride: int = 2,
+    ):
         super().__init__()
         self.num_types, self.pose_dim = num_types, pose_size * pose_size
         self.conv = nn.Conv2d(in_chans, hidden_chans, kernel_size, stride)
@@ -165,8 +202,7 @@ class MatrixDigitCaps(nn.Module):
     spread of the pose's (each is a sum of 4 products).
     """
 
-    def __init__(self, in_caps: int = 1152, num_caps: int = 10, pose_size: int = 4,
-                 routing: nn.Module | None = None):
+    def __init__(self, in_caps: int = 1152, num_caps: int = 10, pose_size: int = 4, routing: nn.Module | None = None):
         super().__init__()
         self.pose_size = pose_size
         self.W = nn.Parameter(0.5 * torch.randn(in_caps, num_caps, pose_size, pose_size))
@@ -193,9 +229,12 @@ class Decoder(nn.Module):
         super().__init__()
         self.image_size = image_size
         self.net = nn.Sequential(
-            nn.Linear(num_caps * caps_dim, 512), nn.ReLU(inplace=True),
-            nn.Linear(512, 1024), nn.ReLU(inplace=True),
-            nn.Linear(1024, image_size * image_size), nn.Sigmoid(),
+            nn.Linear(num_caps * caps_dim, 512),
+            nn.ReLU(inplace=True),
+            nn.Linear(512, 1024),
+            nn.ReLU(inplace=True),
+            nn.Linear(1024, image_size * image_size),
+            nn.Sigmoid(),
         )
 
     def forward(self, masked_capsules: torch.Tensor) -> torch.Tensor:
@@ -215,8 +254,13 @@ def mask_capsules(capsules: torch.Tensor, classes: torch.Tensor) -> torch.Tensor
     return capsules * keep.unsqueeze(-1)
 
 
-def margin_loss(lengths: torch.Tensor, targets: torch.Tensor, m_plus: float = contract.M_PLUS,
-                m_minus: float = contract.M_MINUS, lam: float = contract.LAMBDA_ABSENT) -> torch.Tensor:
+def margin_loss(
+    lengths: torch.Tensor,
+    targets: torch.Tensor,
+    m_plus: float = contract.M_PLUS,
+    m_minus: float = contract.M_MINUS,
+    lam: float = contract.LAMBDA_ABSENT,
+) -> torch.Tensor:
     """Eq. 4, L_k = T_k max(0, m+ - ||v_k||)^2 + lam (1 - T_k) max(0, ||v_k|| - m-)^2,
     summed over the classes k and averaged over the batch.
 
@@ -262,7 +306,7 @@ class CapsNetConfig:
 
     @property
     def num_primary(self) -> int:
-        return self.primary_types * self.primary_grid ** 2
+        return self.primary_types * self.primary_grid**2
 
 
 class CapsNetOutput(NamedTuple):
@@ -294,15 +338,18 @@ class CapsNet(nn.Module):
         self.primary: PrimaryCaps | PrimaryMatrixCaps
         self.digits: DigitCaps | MatrixDigitCaps
         if config.routing == "em":
-            self.primary = PrimaryMatrixCaps(config.conv_chans, config.primary_types,
-                                             config.primary_types * config.primary_dim)
+            self.primary = PrimaryMatrixCaps(
+                config.conv_chans, config.primary_types, config.primary_types * config.primary_dim
+            )
             self.digits = MatrixDigitCaps(config.num_primary, config.num_classes, routing=routing)
         else:
             self.primary = PrimaryCaps(config.conv_chans, config.primary_types, config.primary_dim)
-            self.digits = DigitCaps(config.num_primary, config.primary_dim, config.num_classes,
-                                    config.caps_dim, routing)
-        self.decoder = (Decoder(config.num_classes, config.caps_dim, config.image_size)
-                        if config.reconstruction else None)
+            self.digits = DigitCaps(
+                config.num_primary, config.primary_dim, config.num_classes, config.caps_dim, routing
+            )
+        self.decoder = (
+            Decoder(config.num_classes, config.caps_dim, config.image_size) if config.reconstruction else None
+        )
 
     def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16), their lengths or activations

@@ -6,6 +6,7 @@ never from module constants, and checks it against the ONNX graphs' own inputs a
 (app/engine.py); app/imaging/ takes the preprocessing, the demo its tabs (through GET /models). A card
 without the section, or with one that does not parse, stops start-up with a sentence naming the folder.
 """
+
 import json
 from pathlib import Path
 from typing import Literal
@@ -27,6 +28,7 @@ class Input(_Section):
 
 class Preprocessing(_Section):
     """How a picture becomes the model's input (app/imaging/registry.py)."""
+
     kind: Literal[contract.PREPROCESSING]  # type: ignore[valid-type]
     ink_box: int = Field(ge=4, description="longer side (px) of the object's ink box in the model's input")
 
@@ -50,6 +52,7 @@ class Routing(_Section):
 
 class Serving(_Section):
     """The card's serving section: what the model reads and what its capsules are."""
+
     task: str
     input: Input
     preprocessing: Preprocessing
@@ -69,18 +72,23 @@ def load(folder: Path) -> dict:
     return json.loads((Path(folder) / contract.MODEL_CARD).read_text())
 
 
-def build_serving(model_config: dict, task: str, preprocessing: Preprocessing, classes: list[str],
-                    objects: int) -> Serving:
+def build_serving(
+    model_config: dict, task: str, preprocessing: Preprocessing, classes: list[str], objects: int
+) -> Serving:
     """The serving section of a model built from its CapsNetConfig (as a dict) and what it was trained
     to read; checked as `read_serving` checks it, so training cannot write a card the service refuses."""
     size, p = model_config["image_size"], model_config["primary_types"]
     grid = contract.primary_grid(size)
-    section = Serving(task=task, input=Input(size=size, channels=1), preprocessing=preprocessing,
-                      classes=list(classes), objects=objects,
-                      primary_capsules=PrimaryCapsules(types=p, dim=model_config["primary_dim"], grid=grid,
-                                                       count=p * grid * grid),
-                      class_capsules=ClassCapsules(count=model_config["num_classes"], dim=model_config["caps_dim"]),
-                      routing=Routing(kind=model_config["routing"], iterations=model_config["routing_iters"]))
+    section = Serving(
+        task=task,
+        input=Input(size=size, channels=1),
+        preprocessing=preprocessing,
+        classes=list(classes),
+        objects=objects,
+        primary_capsules=PrimaryCapsules(types=p, dim=model_config["primary_dim"], grid=grid, count=p * grid * grid),
+        class_capsules=ClassCapsules(count=model_config["num_classes"], dim=model_config["caps_dim"]),
+        routing=Routing(kind=model_config["routing"], iterations=model_config["routing_iters"]),
+    )
     return read_serving({contract.SERVING: section.model_dump()}, "the exported model")
 
 
@@ -88,8 +96,10 @@ def read_serving(card: dict, where: str) -> Serving:
     """The card's serving section, checked; a ValueError that names `where` if it is missing or wrong."""
     section = card.get(contract.SERVING)
     if section is None:
-        raise ValueError(f"the card in {where} has no `{contract.SERVING}` section (input size, preprocessing, "
-                         "classes); write it with `python -m training.export --describe DIR`")
+        raise ValueError(
+            f"the card in {where} has no `{contract.SERVING}` section (input size, preprocessing, "
+            "classes); write it with `python -m training.export --describe DIR`"
+        )
     try:
         serving = Serving.model_validate(section)
     except ValidationError as exc:
@@ -97,10 +107,14 @@ def read_serving(card: dict, where: str) -> Serving:
         raise ValueError(f"the card in {where} has a bad `{contract.SERVING}` section: {problems}") from None
     p = serving.primary_capsules
     if len(serving.classes) != serving.class_capsules.count or serving.objects > serving.class_capsules.count:
-        raise ValueError(f"the card in {where} names {len(serving.classes)} classes for "
-                         f"{serving.class_capsules.count} class capsules and {serving.objects} objects")
+        raise ValueError(
+            f"the card in {where} names {len(serving.classes)} classes for "
+            f"{serving.class_capsules.count} class capsules and {serving.objects} objects"
+        )
     if p.count != p.types * p.grid * p.grid or p.grid != contract.primary_grid(serving.size):
-        raise ValueError(f"the card in {where} says {p.types} primary types on a {p.grid}x{p.grid} grid "
-                         f"({p.count} capsules) for a {serving.size}x{serving.size} input; the network leaves a "
-                         f"{contract.primary_grid(serving.size)}x{contract.primary_grid(serving.size)} grid")
+        raise ValueError(
+            f"the card in {where} says {p.types} primary types on a {p.grid}x{p.grid} grid "
+            f"({p.count} capsules) for a {serving.size}x{serving.size} input; the network leaves a "
+            f"{contract.primary_grid(serving.size)}x{contract.primary_grid(serving.size)} grid"
+        )
     return serving

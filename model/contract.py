@@ -4,6 +4,7 @@ This is the one place these names are spelled (docs/ARCHITECTURE.md, "Contracts"
 that the serving path (app/, frontend/) can read it for free. Like timm's `_cfg`, it also says what
 the model expects as input so nobody has to guess the preprocessing.
 """
+
 from pathlib import Path
 
 # --- input convention ----------------------------------------------------------------------------
@@ -101,6 +102,7 @@ def model_folder(entry: str) -> tuple[str, Path]:
     if folder.strip():
         return name, Path(folder.strip())
     if name not in SHIPPED:
-        raise ValueError(f"no shipped model is called {name!r} (shipped: {', '.join(SHIPPED)}); "
-                         f"name a folder as {name}=DIR")
+        raise ValueError(
+            f"no shipped model is called {name!r} (shipped: {', '.join(SHIPPED)}); name a folder as {name}=DIR"
+        )
     return name, SHIPPED[name]

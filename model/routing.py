@@ -25,6 +25,7 @@ one interface:
 
 The loops run over routing iterations only; every capsule is handled at once.
 """
+
 import math
 
 import torch
@@ -56,6 +57,7 @@ def capsule_length(v: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.T
 
 
 # --- dynamic routing (Sabour et al.) -------------------------------------------------------------
+
 
 def dynamic_routing(u_hat: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     """Routing by agreement, Procedure 1.
@@ -183,7 +185,7 @@ class _FusedDigitRouting(torch.autograd.Function):
         with torch.autocast(u.device.type, enabled=False):
             # contiguous: a no-op unless, say, W was made channels_last
             u, W = u.to(dtype).contiguous(), W.to(dtype).contiguous()
-            parts = [_route(_votes(u[k:k + chunk], W), iters) for k in range(0, len(u), chunk)]
+            parts = [_route(_votes(u[k : k + chunk], W), iters) for k in range(0, len(u), chunk)]
             cs, ss, vs = ([torch.cat([p[n][r] for p in parts]) for r in range(iters)] for n in range(3))
         ctx.save_for_backward(u, W, *cs, *ss, *vs)
         ctx.iters, ctx.chunk = iters, chunk
@@ -193,7 +195,7 @@ class _FusedDigitRouting(torch.autograd.Function):
     def backward(ctx, grad_v: torch.Tensor | None, grad_c: torch.Tensor | None):
         u, W, *saved = ctx.saved_tensors  # all in the routing dtype (see forward)
         R, n = ctx.iters, ctx.chunk
-        cs, ss, vs = saved[:R], saved[R:2 * R], saved[2 * R:]
+        cs, ss, vs = saved[:R], saved[R : 2 * R], saved[2 * R :]
         I, J, D, K = W.shape
         W_flat = W.view(I, J * D, K)
         with torch.autocast(u.device.type, enabled=False):
@@ -204,9 +206,14 @@ class _FusedDigitRouting(torch.autograd.Function):
                 part = slice(k, k + n)
                 u_part = u[part].transpose(0, 1)  # (N_in, b, K)
                 u_hat = _votes(u[part], W)  # recomputed: cheaper than storing (B, 10, 1152, 16)
-                g = _route_backward(u_hat, [c[part] for c in cs], [s[part] for s in ss], [v[part] for v in vs],
-                                    None if grad_v is None else grad_v[part],
-                                    None if grad_c is None else grad_c[part].transpose(1, 2))
+                g = _route_backward(
+                    u_hat,
+                    [c[part] for c in cs],
+                    [s[part] for s in ss],
+                    [v[part] for v in vs],
+                    None if grad_v is None else grad_v[part],
+                    None if grad_c is None else grad_c[part].transpose(1, 2),
+                )
                 g = g.permute(2, 0, 1, 3).reshape(I, -1, J * D)  # (N_in, b, N_out * D), child-major like W
                 grad_W.view(I, J * D, K).baddbmm_(g.transpose(1, 2), u_part)  # sum_b g u^T
                 grad_u[part] = torch.bmm(g, W_flat).transpose(0, 1)  # W^T g
@@ -214,8 +221,9 @@ class _FusedDigitRouting(torch.autograd.Function):
         return grad_u.to(u_dtype), grad_W.to(W_dtype), None, None
 
 
-def fused_digit_routing(u: torch.Tensor, W: torch.Tensor, iters: int = 3,
-                        chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_digit_routing(
+    u: torch.Tensor, W: torch.Tensor, iters: int = 3, chunk: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 2 and Procedure 1 in one: the votes u_hat_j|i = W_ij u_i, then dynamic routing, for training.
 
     The same results as dynamic_routing(einsum(W, u), iters), and the same gradients (checked in the
@@ -269,8 +277,9 @@ def routing_logit_changes(u_hat: torch.Tensor, iters: int = 10) -> torch.Tensor:
     about linearly in log scale after 500 epochs; our briefly trained networks' curve rises slowly
     (docs/results.md).
     """
-    return torch.stack([torch.einsum("bijd,bjd->bij", u_hat, dynamic_routing(u_hat, k)[0]).abs().mean()
-                        for k in range(1, iters + 1)])
+    return torch.stack(
+        [torch.einsum("bijd,bjd->bij", u_hat, dynamic_routing(u_hat, k)[0]).abs().mean() for k in range(1, iters + 1)]
+    )
 
 
 class DynamicRouting(nn.Module):
@@ -287,9 +296,17 @@ class DynamicRouting(nn.Module):
 
 # --- EM routing (matrix capsules) ----------------------------------------------------------------
 
-def em_m_step(R: torch.Tensor, a_in: torch.Tensor, votes: torch.Tensor, beta_u: torch.Tensor,
-              beta_a: torch.Tensor, inv_temp: float, var_floor: float = 1e-6,
-              eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def em_m_step(
+    R: torch.Tensor,
+    a_in: torch.Tensor,
+    votes: torch.Tensor,
+    beta_u: torch.Tensor,
+    beta_a: torch.Tensor,
+    inv_temp: float,
+    var_floor: float = 1e-6,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """M-step for every parent j at once, Eqs. 21-27.
 
     R_ij <- R_ij a_i (Eq. 21); mu_j^h and (sigma_j^h)^2, the R-weighted mean and variance of the
@@ -326,8 +343,9 @@ def em_m_step(R: torch.Tensor, a_in: torch.Tensor, votes: torch.Tensor, beta_u: 
     return mu, sigma_sq, a_out
 
 
-def em_e_step(votes: torch.Tensor, mu: torch.Tensor, sigma_sq: torch.Tensor, a_out: torch.Tensor,
-              tiny: float = 1e-30) -> torch.Tensor:
+def em_e_step(
+    votes: torch.Tensor, mu: torch.Tensor, sigma_sq: torch.Tensor, a_out: torch.Tensor, tiny: float = 1e-30
+) -> torch.Tensor:
     """E-step for every child i at once, Eqs. 28-29, in the log domain.
 
     ln p_j = -sum_h [(V_ij^h - mu_j^h)^2 / (2 (sigma_j^h)^2) + ln sigma_j^h + ln(2 pi) / 2] (Eq. 28),
@@ -343,8 +361,14 @@ def em_e_step(votes: torch.Tensor, mu: torch.Tensor, sigma_sq: torch.Tensor, a_o
     return torch.softmax(log_a + log_p, dim=2)  # Eq. 29, (B, N_in, N_out)
 
 
-def em_routing(votes: torch.Tensor, a_in: torch.Tensor, beta_u: torch.Tensor, beta_a: torch.Tensor,
-               iters: int = 3, inv_temp: float = 3.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def em_routing(
+    votes: torch.Tensor,
+    a_in: torch.Tensor,
+    beta_u: torch.Tensor,
+    beta_a: torch.Tensor,
+    iters: int = 3,
+    inv_temp: float = 3.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """EM routing: R_ij = 1 / N_out (Eq. 20), then r times an M-step (Eqs. 21-27) and, between
     them, an E-step (Eqs. 28-29).
 
@@ -396,6 +420,7 @@ class EMRouting(nn.Module):
 
 # --- QP-regularised routing ----------------------------------------------------------------------
 
+
 def qp_routing(u_hat: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """s_j = sum_i b_ij u_hat_j|i = U^T b_j (Eq. 6) with the learned b (no softmax), v_j = squash(s_j).
 
@@ -432,8 +457,9 @@ def qp_agreement(u_hat: torch.Tensor, b: torch.Tensor, targets: torch.Tensor) ->
     return torch.einsum("bj,bijd,bjd->ij", delta, u_hat, s)
 
 
-def qp_update(b: torch.Tensor, agreement: torch.Tensor, lr: float, lam: float = 1e-3,
-              penalty: str = "l2") -> torch.Tensor:
+def qp_update(
+    b: torch.Tensor, agreement: torch.Tensor, lr: float, lam: float = 1e-3, penalty: str = "l2"
+) -> torch.Tensor:
     """One gradient-ascent step on b, Eq. 13 (l2) or Eq. 15 (l1).
 
     l2: b_j <- b_j + 2 gamma sum_k (delta_j,k U_k U_k^T - lambda / p I) b_j     (Eq. 13)
@@ -462,6 +488,7 @@ class QPRouting(nn.Module):
 
     Inference is one weighted sum: no iterations, no softmax.
     """
+
     b: torch.Tensor  # (N_in, N_out), the buffer registered in __init__
 
     def __init__(self, num_in: int = 1152, num_out: int = 10, penalty: str = "l2", lam: float = 1e-3):

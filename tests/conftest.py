@@ -2,6 +2,7 @@
 loopback (app.main.create_app with every shipped model on CPU, uvicorn in a thread on a free port,
 waited on until /ready). The session has one app and loads its models once: tests/app's in-process
 client talks to the same app object as the server. No network beyond 127.0.0.1, no ../shared."""
+
 import threading
 import time
 from pathlib import Path
@@ -45,6 +46,7 @@ def wait_until_ready(url: str, thread: threading.Thread) -> None:
 def api_settings():
     """Every shipped model on the CPU, one ONNX Runtime thread per session (two cores, several suites)."""
     from app.settings import Settings
+
     return Settings(providers=["CPUExecutionProvider"], intra_op_threads=1)
 
 
@@ -53,6 +55,7 @@ def api_app(api_settings):
     """The session's one app; its lifespan (loading and warming up every model) runs once, in api_url's
     server."""
     from app.main import create_app
+
     return create_app(api_settings)
 
 

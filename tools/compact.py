@@ -7,6 +7,7 @@ A CapsNet's fp32 weights are 33 MB and last.pt adds Adam's two moments; the comp
 (training.evaluate.load_checkpoint, training.export): load_state_dict casts the fp16 values into the
 model's fp32 parameters, so an export from it is measured on exactly the weights it ships.
 """
+
 import argparse
 import sys
 from pathlib import Path

@@ -16,6 +16,7 @@ MAX_ACCURACY_DROP of the fp32 graph's and it is faster than the fp32 graph at ba
 on the machine that measured it; the card says which machine, and the service uses it on CPUs by
 default only then (app/settings.py, CAPSNET_PRECISION).
 """
+
 import argparse
 import datetime
 import json
@@ -49,7 +50,7 @@ class _Calibration:
         start = next(self._batches, None)
         if start is None:
             return None
-        return {contract.IMAGE: self.images[start:start + CALIBRATION_BATCH, None].astype(np.float32) / 255.0}
+        return {contract.IMAGE: self.images[start : start + CALIBRATION_BATCH, None].astype(np.float32) / 255.0}
 
 
 def quantize(fp32: Path, out: Path, calibration: np.ndarray) -> None:
@@ -62,13 +63,22 @@ def quantize(fp32: Path, out: Path, calibration: np.ndarray) -> None:
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
+
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         # symbolic shape inference cannot read the exporter's Constant nodes; ONNX's own inference can
         quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
-        quantize_static(str(prepared), str(out), _Calibration(calibration), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["Conv"], per_channel=True, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
+        quantize_static(
+            str(prepared),
+            str(out),
+            _Calibration(calibration),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=["Conv"],
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+        )
     store_fp16_if_lossless(out)
 
 
@@ -76,11 +86,13 @@ def time_graphs(paths: dict[str, Path], batches: dict[int, int] = TIMED_BATCHES)
     """Median ms of session.run (all outputs) per graph and batch size, the graphs interleaved so that
     both see the same machine load; sessions as the service makes them (threads not spinning)."""
     import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    sessions = {name: ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
-                for name, p in paths.items()}
+    sessions = {
+        name: ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"]) for name, p in paths.items()
+    }
     size = sessions[next(iter(sessions))].get_inputs()[0].shape[-1]
     times: dict[str, dict[int, list[float]]] = {name: {n: [] for n in batches} for name in sessions}
     for n, repeats in batches.items():
@@ -103,31 +115,34 @@ def ships(accuracy: dict[str, float], timing: dict[str, dict[int, float]]) -> bo
     return drop <= MAX_ACCURACY_DROP and all(timing["int8"][n] < timing["fp32"][n] for n in TIMED_BATCHES)
 
 
-def quantize_model(model_dir: Path, data_dir: Path | None = None,
-                   calibration_images: int = CALIBRATION_IMAGES) -> dict:
+def quantize_model(model_dir: Path, data_dir: Path | None = None, calibration_images: int = CALIBRATION_IMAGES) -> dict:
     """Quantise a model folder's capsnet.onnx, measure it beside the fp32 graph, record it in the card."""
     card_path = model_dir / contract.MODEL_CARD
     card = json.loads(card_path.read_text())
     if card["model_config"]["image_size"] != contract.IMAGE_SIZE:
-        raise SystemExit(f"{model_dir}: the test set here is {contract.IMAGE_SIZE}x{contract.IMAGE_SIZE} digits; "
-                         f"this model reads {card['model_config']['image_size']}x{card['model_config']['image_size']}")
+        raise SystemExit(
+            f"{model_dir}: the test set here is {contract.IMAGE_SIZE}x{contract.IMAGE_SIZE} digits; "
+            f"this model reads {card['model_config']['image_size']}x{card['model_config']['image_size']}"
+        )
     dataset = card["train_config"]["dataset"]
     splits = data.load(data_dir or data.DEFAULT_DIRS[dataset], val_size=0)  # "train": all, in file order
     fp32, int8 = model_dir / contract.CAPSNET_ONNX, model_dir / contract.CAPSNET_INT8_ONNX
     quantize(fp32, int8, splits["train"].images.numpy()[:calibration_images])
 
     test = splits["test"]
-    results = {name: evaluate_onnx(p, test.images.numpy(), test.labels.numpy()) for name, p in
-               (("fp32", fp32), ("int8", int8))}
+    results = {
+        name: evaluate_onnx(p, test.images.numpy(), test.labels.numpy()) for name, p in (("fp32", fp32), ("int8", int8))
+    }
     max_diff, changed = compare_graphs(fp32, int8, test.images.numpy())
     timing = time_graphs({"fp32": fp32, "int8": int8})
     card["int8"] = {
         "file": contract.CAPSNET_INT8_ONNX,
         "version": sha256(int8)[:12],
         "quantized": "conv1 and PrimaryCaps: int8 weights per output channel, uint8 activations per tensor "
-                     "(QDQ, ONNX Runtime static quantisation); the capsule layers and the decoder in fp32",
+        "(QDQ, ONNX Runtime static quantisation); the capsule layers and the decoder in fp32",
         "calibration": f"min/max over the first {calibration_images:,} {dataset} training images (file order)",
-        "test_accuracy": results["int8"]["accuracy"], "test_errors": results["int8"]["errors"],
+        "test_accuracy": results["int8"]["accuracy"],
+        "test_errors": results["int8"]["errors"],
         "misclassified": results["int8"]["misclassified"],
         "fp32_test_accuracy": results["fp32"]["accuracy"],
         "changed_predictions": changed,  # test images whose class differs from the fp32 graph's
@@ -137,7 +152,7 @@ def quantize_model(model_dir: Path, data_dir: Path | None = None,
         "timed_on": f"{cpu_model()}, ONNX Runtime CPUExecutionProvider, default threads",
         "shipped": ships({name: r["accuracy"] for name, r in results.items()}, timing),
         "rule": f"shipped if within {100 * MAX_ACCURACY_DROP:g} points of the fp32 graph's test accuracy and "
-                f"faster at batch {' and '.join(map(str, TIMED_BATCHES))}",
+        f"faster at batch {' and '.join(map(str, TIMED_BATCHES))}",
         "created": datetime.date.today().isoformat(),
     }
     card_path.write_text(json.dumps(card, indent=2) + "\n")

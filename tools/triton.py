@@ -20,6 +20,7 @@ and checked against model/contract.py at the input size of the model's card: eve
 be in the graph with the contract's shape, and the batch axis must be dynamic, since Triton's dynamic
 batching (the same idea as the app's batcher) stacks requests along it. No torch needed.
 """
+
 import argparse
 import json
 import shutil
@@ -35,11 +36,20 @@ MAX_BATCH = 64  # the app's default CAPSNET_MAX_BATCH
 MAX_QUEUE_DELAY_US = 2000  # the app's default CAPSNET_MAX_WAIT_MS = 2
 DECODER = "_decoder"  # NAME_decoder beside NAME, as the app's Open Inference Protocol names them
 TRITON_TYPES = {
-    TensorProto.FLOAT: "TYPE_FP32", TensorProto.FLOAT16: "TYPE_FP16", TensorProto.BFLOAT16: "TYPE_BF16",
-    TensorProto.DOUBLE: "TYPE_FP64", TensorProto.INT8: "TYPE_INT8", TensorProto.INT16: "TYPE_INT16",
-    TensorProto.INT32: "TYPE_INT32", TensorProto.INT64: "TYPE_INT64", TensorProto.UINT8: "TYPE_UINT8",
-    TensorProto.UINT16: "TYPE_UINT16", TensorProto.UINT32: "TYPE_UINT32", TensorProto.UINT64: "TYPE_UINT64",
-    TensorProto.BOOL: "TYPE_BOOL", TensorProto.STRING: "TYPE_STRING",
+    TensorProto.FLOAT: "TYPE_FP32",
+    TensorProto.FLOAT16: "TYPE_FP16",
+    TensorProto.BFLOAT16: "TYPE_BF16",
+    TensorProto.DOUBLE: "TYPE_FP64",
+    TensorProto.INT8: "TYPE_INT8",
+    TensorProto.INT16: "TYPE_INT16",
+    TensorProto.INT32: "TYPE_INT32",
+    TensorProto.INT64: "TYPE_INT64",
+    TensorProto.UINT8: "TYPE_UINT8",
+    TensorProto.UINT16: "TYPE_UINT16",
+    TensorProto.UINT32: "TYPE_UINT32",
+    TensorProto.UINT64: "TYPE_UINT64",
+    TensorProto.BOOL: "TYPE_BOOL",
+    TensorProto.STRING: "TYPE_STRING",
 }
 
 
@@ -64,11 +74,15 @@ def check_contract(path: Path, inputs, outputs, want_inputs, want_outputs, want_
         raise ValueError(f"{path}: inputs {[n for n, _, _ in inputs]} != contract {list(want_inputs)}")
     missing = [name for name in want_outputs if name not in have]
     if missing:
-        raise ValueError(f"{path}: outputs {missing} of model/contract.py are not in the graph "
-                         f"(it has {[n for n, _, _ in outputs]}); re-export the model")
+        raise ValueError(
+            f"{path}: outputs {missing} of model/contract.py are not in the graph "
+            f"(it has {[n for n, _, _ in outputs]}); re-export the model"
+        )
     for name in (*want_inputs, *want_outputs):
         if have[name] != tuple(want_shapes[name]):
-            raise ValueError(f"{path}: {name} has shape {list(have[name])}, the contract says {list(want_shapes[name])}")
+            raise ValueError(
+                f"{path}: {name} has shape {list(have[name])}, the contract says {list(want_shapes[name])}"
+            )
     for name, shape in have.items():
         if not shape or isinstance(shape[0], int):
             raise ValueError(f"{path}: {name} has no dynamic batch axis ({list(shape)}); Triton cannot batch it")
@@ -80,28 +94,36 @@ def _tensor(name: str, dtype: str, shape: tuple) -> str:
     return f'  {{\n    name: "{name}"\n    data_type: {dtype}\n    dims: [ {dims} ]\n  }}'
 
 
-def model_config(name: str, inputs, outputs, max_batch: int = MAX_BATCH,
-                 max_queue_delay_us: int = MAX_QUEUE_DELAY_US) -> str:
+def model_config(
+    name: str, inputs, outputs, max_batch: int = MAX_BATCH, max_queue_delay_us: int = MAX_QUEUE_DELAY_US
+) -> str:
     """config.pbtxt text (Triton's ModelConfig in protobuf text format)."""
-    return "\n".join([
-        f'name: "{name}"',
-        'backend: "onnxruntime"',
-        f"max_batch_size: {max_batch}",
-        "input [\n" + ",\n".join(_tensor(*t) for t in inputs) + "\n]",
-        "output [\n" + ",\n".join(_tensor(*t) for t in outputs) + "\n]",
-        "dynamic_batching {",
-        f"  max_queue_delay_microseconds: {max_queue_delay_us}",
-        "}",
-        "# no instance_group: Triton places one instance on each GPU it sees, or on the CPU without one",
-        "",
-    ])
+    return "\n".join(
+        [
+            f'name: "{name}"',
+            'backend: "onnxruntime"',
+            f"max_batch_size: {max_batch}",
+            "input [\n" + ",\n".join(_tensor(*t) for t in inputs) + "\n]",
+            "output [\n" + ",\n".join(_tensor(*t) for t in outputs) + "\n]",
+            "dynamic_batching {",
+            f"  max_queue_delay_microseconds: {max_queue_delay_us}",
+            "}",
+            "# no instance_group: Triton places one instance on each GPU it sees, or on the CPU without one",
+            "",
+        ]
+    )
 
 
 def _external_data(path: Path) -> list[Path]:
     """Files an ONNX model keeps its large tensors in (none for ours, but they must travel with it)."""
     graph = onnx.load(str(path), load_external_data=False).graph
-    files = {entry.value for t in graph.initializer if t.data_location == TensorProto.EXTERNAL
-             for entry in t.external_data if entry.key == "location"}
+    files = {
+        entry.value
+        for t in graph.initializer
+        if t.data_location == TensorProto.EXTERNAL
+        for entry in t.external_data
+        if entry.key == "location"
+    }
     return [path.parent / f for f in sorted(files)]
 
 
@@ -111,13 +133,23 @@ def graphs(model_dir: Path) -> dict[str, tuple]:
     card = json.loads((Path(model_dir) / contract.MODEL_CARD).read_text())
     size = card[contract.SERVING]["input"]["size"] if contract.SERVING in card else card["model_config"]["image_size"]
     shapes = contract.capsnet_shapes(size)
-    return {"": (contract.CAPSNET_ONNX, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, shapes),
-            DECODER: (contract.DECODER_ONNX, contract.DECODER_INPUTS, contract.DECODER_OUTPUTS,
-                      {k: shapes[k] for k in contract.DECODER_INPUTS + contract.DECODER_OUTPUTS})}
+    return {
+        "": (contract.CAPSNET_ONNX, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, shapes),
+        DECODER: (
+            contract.DECODER_ONNX,
+            contract.DECODER_INPUTS,
+            contract.DECODER_OUTPUTS,
+            {k: shapes[k] for k in contract.DECODER_INPUTS + contract.DECODER_OUTPUTS},
+        ),
+    }
 
 
-def write_repository(repo: Path, models: dict[str, Path] | None = None, max_batch: int = MAX_BATCH,
-                     max_queue_delay_us: int = MAX_QUEUE_DELAY_US) -> list[Path]:
+def write_repository(
+    repo: Path,
+    models: dict[str, Path] | None = None,
+    max_batch: int = MAX_BATCH,
+    max_queue_delay_us: int = MAX_QUEUE_DELAY_US,
+) -> list[Path]:
     """For each model folder, copy its two ONNX graphs into repo/NAME/1/ and repo/NAME_decoder/1/ and
     write their config.pbtxt.
 
@@ -160,17 +192,27 @@ def model_arg(text: str) -> tuple[str, Path]:
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(prog="python -m tools.triton", description=__doc__.splitlines()[0])
     p.add_argument("repo", type=Path, help="model repository folder to write")
-    p.add_argument("--model", type=model_arg, action="append", metavar="NAME[=DIR]",
-                   help="a model to write: a shipped one by name or a folder as NAME=DIR (repeatable); "
-                        "default: every shipped model")
+    p.add_argument(
+        "--model",
+        type=model_arg,
+        action="append",
+        metavar="NAME[=DIR]",
+        help="a model to write: a shipped one by name or a folder as NAME=DIR (repeatable); "
+        "default: every shipped model",
+    )
     p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="Triton max_batch_size")
-    p.add_argument("--max-queue-delay-us", type=int, default=MAX_QUEUE_DELAY_US,
-                   help="dynamic batching: longest wait to fill a batch, in microseconds")
+    p.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        default=MAX_QUEUE_DELAY_US,
+        help="dynamic batching: longest wait to fill a batch, in microseconds",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.max_batch <= 4096:
         p.error("--max-batch must be in 1..4096 (the exported batch axis)")
-    configs = write_repository(args.repo, dict(args.model) if args.model else None, args.max_batch,
-                               args.max_queue_delay_us)
+    configs = write_repository(
+        args.repo, dict(args.model) if args.model else None, args.max_batch, args.max_queue_delay_us
+    )
     for config in configs:
         print(f"wrote {config.parent}/ (1/model.onnx, config.pbtxt)")
     return configs

@@ -6,6 +6,7 @@ in the class's source, so the dataclass stays the one place a setting is written
 gets `--name/--no-name`. A command may take a subset of fields and other defaults (the experiments'
 shorter schedules, the fine-tune's augmentations); `build` turns the parsed options back into the config.
 """
+
 import argparse
 import dataclasses
 import inspect
@@ -38,8 +39,13 @@ def _type(annotation) -> type:
     return annotation
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type, only: Iterable[str] | None = None,
-                defaults: Mapping[str, object] | None = None, choices: Mapping[str, Iterable] | None = None) -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    only: Iterable[str] | None = None,
+    defaults: Mapping[str, object] | None = None,
+    choices: Mapping[str, Iterable] | None = None,
+) -> None:
     """An option for each field of cls (or only those named), with cls's defaults unless `defaults` says
     otherwise; `choices` lists the values a field may take."""
     helps, defaults, choices = field_help(cls), defaults or {}, choices or {}
@@ -56,8 +62,9 @@ def add_options(parser: argparse.ArgumentParser, cls: type, only: Iterable[str] 
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
         else:
-            parser.add_argument(flag, type=kind, default=default, help=text,
-                                choices=tuple(choices[name]) if name in choices else None)
+            parser.add_argument(
+                flag, type=kind, default=default, help=text, choices=tuple(choices[name]) if name in choices else None
+            )
 
 
 def build(cls: type, args: argparse.Namespace, **overrides):

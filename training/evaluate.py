@@ -6,6 +6,7 @@ $ python -m training.evaluate --onnx models/mnist/capsnet.onnx --json runs/mnist
 Reports accuracy, error count, the 10x10 confusion matrix (rows: true, columns: predicted) and the
 indices of the misclassified test images.
 """
+
 import argparse
 import json
 import sys
@@ -24,8 +25,11 @@ def summarise(predictions: np.ndarray, labels: np.ndarray, num_classes: int = 10
     np.add.at(confusion, (labels, predictions), 1)
     wrong = np.flatnonzero(predictions != labels)
     return {
-        "accuracy": float(1 - len(wrong) / len(labels)), "errors": int(len(wrong)), "count": int(len(labels)),
-        "confusion": confusion.tolist(), "misclassified": wrong.tolist(),
+        "accuracy": float(1 - len(wrong) / len(labels)),
+        "errors": len(wrong),
+        "count": len(labels),
+        "confusion": confusion.tolist(),
+        "misclassified": wrong.tolist(),
     }
 
 
@@ -36,8 +40,8 @@ def evaluate(model: CapsNet, split: data.Split, batch_size: int = 500) -> dict:
     model.eval()
     preds, loss_sum = [], 0.0
     for start in range(0, len(split), batch_size):
-        x = data.to_float(split.images[start:start + batch_size])
-        y = split.labels[start:start + batch_size]
+        x = data.to_float(split.images[start : start + batch_size])
+        y = split.labels[start : start + batch_size]
         out = model(x, y)  # true-label mask, so the loss is the training objective
         loss_sum += model.loss(out, x, y).item() * len(y)
         preds.append(out.lengths.argmax(1).cpu())
@@ -47,17 +51,19 @@ def evaluate(model: CapsNet, split: data.Split, batch_size: int = 500) -> dict:
     return result
 
 
-def evaluate_onnx(path: str | Path, images: np.ndarray, labels: np.ndarray, batch_size: int = 500,
-                  providers: list[str] | None = None) -> dict:
+def evaluate_onnx(
+    path: str | Path, images: np.ndarray, labels: np.ndarray, batch_size: int = 500, providers: list[str] | None = None
+) -> dict:
     """Run an exported capsnet.onnx under ONNX Runtime on images (N, H, W): uint8 as in the IDX files,
     or floats in [0, 1] (generated test sets such as the affine experiment's)."""
     import onnxruntime as ort
 
     from model import contract
+
     sess = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
     preds = []
     for start in range(0, len(images), batch_size):
-        x = images[start:start + batch_size, None].astype(np.float32)
+        x = images[start : start + batch_size, None].astype(np.float32)
         x = x / 255.0 if images.dtype == np.uint8 else x
         (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: x})
         preds.append(lengths.argmax(1))

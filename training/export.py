@@ -11,6 +11,7 @@ the export checks itself: ONNX Runtime must match PyTorch on real test images at
 64 (max |diff| <= 1e-4, same argmax) or the export fails. The model card (capsnet.json) holds the
 measured figures: test accuracy of the exported graph, parity, training provenance.
 """
+
 import argparse
 import datetime
 import hashlib
@@ -27,8 +28,8 @@ import torch
 import torch.nn as nn
 
 from model import contract
-from model.card import Preprocessing, build_serving
 from model.capsnet import CapsNet, CapsNetConfig, capsule_length, mask_capsules
+from model.card import Preprocessing, build_serving
 from training import data
 from training.config import TrainConfig, selection
 from training.evaluate import evaluate_onnx, load_checkpoint
@@ -37,8 +38,20 @@ OPSET = 18
 PARITY_BATCHES = (1, 7, 64)
 PARITY_TOL = 1e-4
 DIGITS = [str(d) for d in range(10)]
-FASHION = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
-           "Ankle boot"]  # github.com/zalandoresearch/fashion-mnist#labels
+FASHION = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]  # github.com/zalandoresearch/fashion-mnist#labels
+
+
 # What each dataset's model is trained to read: its card's serving section (model/card.py) but for what
 # the network's config says. The ink box is the object's longer side (px) in the model's input: MNIST's
 # 20 px box; MultiMNIST's 23, the median longer side of the union of the two digits' ink over
@@ -46,6 +59,7 @@ FASHION = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shi
 # the 28 px frame (their longest edge resized to 28).
 class Served(TypedDict):
     """build_serving's arguments but the model's config."""
+
     task: str
     preprocessing: Preprocessing
     classes: list[str]
@@ -53,15 +67,31 @@ class Served(TypedDict):
 
 
 SERVED: dict[str, Served] = {
-    "mnist": Served(task="one handwritten digit", preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX),
-                    classes=DIGITS, objects=1),
-    "fashion-mnist": Served(task="one garment or accessory on a plain background (Fashion-MNIST's classes)",
-                            preprocessing=Preprocessing(kind="garment", ink_box=28), classes=FASHION, objects=1),
-    "multimnist": Served(task="two overlapping handwritten digits (section 6)",
-                         preprocessing=Preprocessing(kind="digit-pair", ink_box=23), classes=DIGITS, objects=2),
-    "affine": Served(task="one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
-                          "transformations (section 5.2)",
-                     preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX), classes=DIGITS, objects=1),
+    "mnist": Served(
+        task="one handwritten digit",
+        preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX),
+        classes=DIGITS,
+        objects=1,
+    ),
+    "fashion-mnist": Served(
+        task="one garment or accessory on a plain background (Fashion-MNIST's classes)",
+        preprocessing=Preprocessing(kind="garment", ink_box=28),
+        classes=FASHION,
+        objects=1,
+    ),
+    "multimnist": Served(
+        task="two overlapping handwritten digits (section 6)",
+        preprocessing=Preprocessing(kind="digit-pair", ink_box=23),
+        classes=DIGITS,
+        objects=2,
+    ),
+    "affine": Served(
+        task="one handwritten digit anywhere on a 40x40 canvas, trained for robustness to affine "
+        "transformations (section 5.2)",
+        preprocessing=Preprocessing(kind="digit", ink_box=contract.INK_BOX),
+        classes=DIGITS,
+        objects=1,
+    ),
 }
 
 
@@ -78,8 +108,10 @@ class ExportedCapsNet(nn.Module):
     def __init__(self, model: CapsNet):
         super().__init__()
         if model.decoder is None:
-            raise ValueError("the serving contract needs a reconstruction: export a model trained "
-                             "with its decoder (without --no-reconstruction)")
+            raise ValueError(
+                "the serving contract needs a reconstruction: export a model trained "
+                "with its decoder (without --no-reconstruction)"
+            )
         self.model = model
 
     def forward(self, image: torch.Tensor):
@@ -93,8 +125,9 @@ class ExportedDecoder(nn.Module):
     def __init__(self, model: CapsNet):
         super().__init__()
         if model.decoder is None:
-            raise ValueError("no decoder to export: export a model trained with its decoder (without "
-                             "--no-reconstruction)")
+            raise ValueError(
+                "no decoder to export: export a model trained with its decoder (without --no-reconstruction)"
+            )
         self.decoder = model.decoder
 
     def forward(self, capsules: torch.Tensor):
@@ -107,8 +140,15 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
     # the square roots of squash and of the length (lengths then differ from PyTorch by up to
     # sqrt(eps) = 1e-4 and a zero capsule gives NaN). ONNX Runtime optimises the graph at load anyway.
     program = torch.onnx.export(
-        module, (example,), dynamo=True, opset_version=OPSET, input_names=list(inputs),
-        output_names=list(outputs), dynamic_shapes=({0: batch},), optimize=False, verbose=False,
+        module,
+        (example,),
+        dynamo=True,
+        opset_version=OPSET,
+        input_names=list(inputs),
+        output_names=list(outputs),
+        dynamic_shapes=({0: batch},),
+        optimize=False,
+        verbose=False,
     )
     assert program is not None  # dynamo=True returns the ONNXProgram (only the TorchScript exporter returns None)
     program.save(str(path))
@@ -121,9 +161,11 @@ def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
     load). Returns whether it did; a graph with any weight that fp16 would round is left as it is."""
     import onnx
     from onnx import numpy_helper
+
     graph = onnx.load(str(path))
-    large = [t for t in graph.graph.initializer
-             if t.data_type == onnx.TensorProto.FLOAT and int(np.prod(t.dims)) >= min_size]
+    large = [
+        t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and int(np.prod(t.dims)) >= min_size
+    ]
     values = {t.name: numpy_helper.to_array(t) for t in large}
     if not large or any(not np.array_equal(v.astype(np.float16).astype(np.float32), v) for v in values.values()):
         return False
@@ -131,8 +173,9 @@ def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
     for t in large:
         name = t.name
         t.CopyFrom(numpy_helper.from_array(values[name].astype(np.float16), f"{name}.fp16"))
-        casts.append(onnx.helper.make_node("Cast", [f"{name}.fp16"], [name], to=onnx.TensorProto.FLOAT,
-                                           name=f"{name}.cast"))
+        casts.append(
+            onnx.helper.make_node("Cast", [f"{name}.fp16"], [name], to=onnx.TensorProto.FLOAT, name=f"{name}.cast")
+        )
     nodes = casts + list(graph.graph.node)
     del graph.graph.node[:]
     graph.graph.node.extend(nodes)
@@ -149,20 +192,37 @@ def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
     size, c = model.config.image_size, model.config
     capsnet_path, decoder_path = out_dir / contract.CAPSNET_ONNX, out_dir / contract.DECODER_ONNX
     with torch.no_grad():
-        _export(ExportedCapsNet(model).eval(), torch.rand(2, 1, size, size), capsnet_path,
-                contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS)
-        _export(ExportedDecoder(model).eval(), torch.rand(2, c.num_classes, c.caps_dim), decoder_path,
-                contract.DECODER_INPUTS, contract.DECODER_OUTPUTS)
+        _export(
+            ExportedCapsNet(model).eval(),
+            torch.rand(2, 1, size, size),
+            capsnet_path,
+            contract.CAPSNET_INPUTS,
+            contract.CAPSNET_OUTPUTS,
+        )
+        _export(
+            ExportedDecoder(model).eval(),
+            torch.rand(2, c.num_classes, c.caps_dim),
+            decoder_path,
+            contract.DECODER_INPUTS,
+            contract.DECODER_OUTPUTS,
+        )
     for path in (capsnet_path, decoder_path):
         store_fp16_if_lossless(path)
     return capsnet_path, decoder_path
 
 
 @torch.no_grad()
-def check_parity(model: CapsNet, capsnet_path: Path, decoder_path: Path, images: np.ndarray,
-                 batches=PARITY_BATCHES, tol: float = PARITY_TOL) -> float:
+def check_parity(
+    model: CapsNet,
+    capsnet_path: Path,
+    decoder_path: Path,
+    images: np.ndarray,
+    batches=PARITY_BATCHES,
+    tol: float = PARITY_TOL,
+) -> float:
     """Max |ORT - PyTorch| over every output at each batch size; raises if above tol or argmax differs."""
     import onnxruntime as ort
+
     sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(decoder_path), providers=["CPUExecutionProvider"])
     model = model.eval().cpu()
@@ -173,7 +233,7 @@ def check_parity(model: CapsNet, capsnet_path: Path, decoder_path: Path, images:
         ref = ExportedCapsNet(model)(torch.from_numpy(x))
         masked = mask_capsules(ref[1], ref[0].argmax(1))
         (recon,) = dec.run(None, {contract.CAPSULES: masked.numpy()})
-        pairs = list(zip(contract.CAPSNET_OUTPUTS, ours, ref)) + [("decoder", recon, ref[3])]
+        pairs = [*list(zip(contract.CAPSNET_OUTPUTS, ours, ref, strict=True)), ("decoder", recon, ref[3])]
         for name, got, want in pairs:
             want = want.numpy()
             if got.shape != want.shape:
@@ -189,6 +249,7 @@ def check_parity(model: CapsNet, capsnet_path: Path, decoder_path: Path, images:
 def stored_weights(path: Path) -> str:
     """How a graph stores its weights: "fp32", or "fp16" (cast to fp32 in the graph, store_fp16_if_lossless)."""
     import onnx
+
     types = {t.data_type for t in onnx.load(str(path), load_external_data=False).graph.initializer}
     return "fp16" if onnx.TensorProto.FLOAT16 in types else "fp32"
 
@@ -256,9 +317,15 @@ def describe(model_dir: Path) -> dict:
     return card
 
 
-def export_with_card(model: CapsNet, ckpt: dict, out_dir: Path, parity_images: np.ndarray,
-                     measure: Callable[[Path], tuple[dict | None, dict]], dataset: str | None = None,
-                     **sections) -> dict:
+def export_with_card(
+    model: CapsNet,
+    ckpt: dict,
+    out_dir: Path,
+    parity_images: np.ndarray,
+    measure: Callable[[Path], tuple[dict | None, dict]],
+    dataset: str | None = None,
+    **sections,
+) -> dict:
     """Export a model to out_dir, check parity, measure the exported graph, write its card: the one way
     every model folder is made (training.export, the experiments, the fine-tune).
 
@@ -281,8 +348,14 @@ def export_with_card(model: CapsNet, ckpt: dict, out_dir: Path, parity_images: n
     return card
 
 
-def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: str | Path | None = None,
-                      evaluate: bool = True, triton: Path | None = None, **sections) -> dict:
+def export_checkpoint(
+    checkpoint: Path,
+    out_dir: Path | None = None,
+    data_dir: str | Path | None = None,
+    evaluate: bool = True,
+    triton: Path | None = None,
+    **sections,
+) -> dict:
     """Export a training checkpoint of an IDX dataset's model with its card (export_with_card), measured
     on the full test set.
 
@@ -298,10 +371,17 @@ def export_checkpoint(checkpoint: Path, out_dir: Path | None = None, data_dir: s
     out_dir = out_dir or contract.SHIPPED[dataset]
     test = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"]
     images, labels = test.images.numpy(), test.labels.numpy()
-    card = export_with_card(model, ckpt, out_dir, images,
-                            lambda graph: (evaluate_onnx(graph, images, labels) if evaluate else None, {}), **sections)
+    card = export_with_card(
+        model,
+        ckpt,
+        out_dir,
+        images,
+        lambda graph: (evaluate_onnx(graph, images, labels) if evaluate else None, {}),
+        **sections,
+    )
     if triton:
         from tools.triton import write_repository
+
         print("Triton model repository:", *write_repository(triton, {card["dataset"]: out_dir}))
     return card
 
@@ -312,14 +392,15 @@ def model_from_graphs(model_dir: Path) -> CapsNet:
     Every parameter must be found (a strict load), so a graph from other code fails here."""
     import onnx
     from onnx import numpy_helper
+
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
     model = CapsNet(CapsNetConfig(**card["model_config"]))
     prefix = "model."  # ExportedCapsNet's attribute
     state = {}
     for tensor in onnx.load(str(model_dir / contract.CAPSNET_ONNX)).graph.initializer:
         name = tensor.name.removesuffix(".fp16")
-        if name.startswith(prefix) and name[len(prefix):] in model.state_dict():
-            state[name[len(prefix):]] = torch.from_numpy(numpy_helper.to_array(tensor).astype(np.float32))
+        if name.startswith(prefix) and name[len(prefix) :] in model.state_dict():
+            state[name[len(prefix) :]] = torch.from_numpy(numpy_helper.to_array(tensor).astype(np.float32))
     model.load_state_dict(state)
     return model.eval()
 
@@ -335,12 +416,13 @@ def centred_test_images(card: dict, data_dir: Path | None = None) -> np.ndarray:
 def compare_graphs(old: Path, new: Path, images: np.ndarray, batch_size: int = 64) -> tuple[float, int]:
     """Max |new - old| over every output on images (N, S, S) uint8, and on how many the argmax differs."""
     import onnxruntime as ort
+
     sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (old, new)]
     worst, differ = 0.0, 0
     for start in range(0, len(images), batch_size):
-        x = images[start:start + batch_size, None].astype(np.float32) / 255.0
+        x = images[start : start + batch_size, None].astype(np.float32) / 255.0
         a, b = (s.run(list(contract.CAPSNET_OUTPUTS), {contract.IMAGE: x}) for s in sessions)
-        worst = max(worst, *(float(np.abs(p - q).max()) for p, q in zip(a, b)))
+        worst = max(worst, *(float(np.abs(p - q).max()) for p, q in zip(a, b, strict=True)))
         differ += int((a[0].argmax(1) != b[0].argmax(1)).sum())
     return worst, differ
 
@@ -361,35 +443,70 @@ def reexport(model_dir: Path, data_dir: Path | None = None) -> dict:
         parity = check_parity(model, capsnet_path, decoder_path, images)
         worst, differ = compare_graphs(model_dir / contract.CAPSNET_ONNX, capsnet_path, images)
         if worst > PARITY_TOL or differ:
-            raise AssertionError(f"the re-exported graph is not the same function: max |diff| {worst:.2e}, "
-                                 f"{differ} of {len(images)} predictions changed; {model_dir} left as it was")
+            raise AssertionError(
+                f"the re-exported graph is not the same function: max |diff| {worst:.2e}, "
+                f"{differ} of {len(images)} predictions changed; {model_dir} left as it was"
+            )
         for path in (capsnet_path, decoder_path):
             shutil.copy(path, model_dir / path.name)
-    card["reexport"] = {"previous_version": card["version"], "date": datetime.date.today().isoformat(),
-                        "images": f"the {len(images):,} {card['train_config']['dataset']} test images",
-                        "max_abs_diff_vs_previous": worst, "changed_predictions": differ}
-    card.update(version=sha256(model_dir / contract.CAPSNET_ONNX)[:12], parity_max_abs_diff=parity, opset=OPSET,
-                stored_weights=stored_weights(model_dir / contract.CAPSNET_ONNX))
+    card["reexport"] = {
+        "previous_version": card["version"],
+        "date": datetime.date.today().isoformat(),
+        "images": f"the {len(images):,} {card['train_config']['dataset']} test images",
+        "max_abs_diff_vs_previous": worst,
+        "changed_predictions": differ,
+    }
+    card.update(
+        version=sha256(model_dir / contract.CAPSNET_ONNX)[:12],
+        parity_max_abs_diff=parity,
+        opset=OPSET,
+        stored_weights=stored_weights(model_dir / contract.CAPSNET_ONNX),
+    )
     (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
-    print(f"re-exported {model_dir}: {card['reexport']['previous_version']} -> {card['version']}, max |diff| "
-          f"{worst:.2e} on {len(images):,} test images, no prediction changed; parity vs PyTorch {parity:.2e}")
+    print(
+        f"re-exported {model_dir}: {card['reexport']['previous_version']} -> {card['version']}, max |diff| "
+        f"{worst:.2e} on {len(images):,} test images, no prediction changed; parity vs PyTorch {parity:.2e}"
+    )
     return card
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, default=Path("runs/mnist/best.pt"))
-    p.add_argument("--out-dir", type=Path, default=None,
-                   help="default: the dataset's place in contract.SHIPPED (models/<dataset>/)")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="default: the dataset's place in contract.SHIPPED (models/<dataset>/)",
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files for parity and the card's accuracy")
-    p.add_argument("--no-evaluate", dest="evaluate", action="store_false",
-                   help="skip the full test-set evaluation (the card's accuracy is then null)")
-    p.add_argument("--triton", type=Path, default=None, metavar="DIR",
-                   help="also write a Triton model repository of the exported models (tools/triton.py)")
-    p.add_argument("--reexport", type=Path, default=None, metavar="MODEL_DIR",
-                   help="export a model folder again from its own graphs' weights (after export code changes)")
-    p.add_argument("--describe", type=Path, default=None, metavar="MODEL_DIR",
-                   help="write the card's serving section (input, preprocessing, classes, grid) from its fields")
+    p.add_argument(
+        "--no-evaluate",
+        dest="evaluate",
+        action="store_false",
+        help="skip the full test-set evaluation (the card's accuracy is then null)",
+    )
+    p.add_argument(
+        "--triton",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write a Triton model repository of the exported models (tools/triton.py)",
+    )
+    p.add_argument(
+        "--reexport",
+        type=Path,
+        default=None,
+        metavar="MODEL_DIR",
+        help="export a model folder again from its own graphs' weights (after export code changes)",
+    )
+    p.add_argument(
+        "--describe",
+        type=Path,
+        default=None,
+        metavar="MODEL_DIR",
+        help="write the card's serving section (input, preprocessing, classes, grid) from its fields",
+    )
     args = p.parse_args(argv)
     if args.describe:
         return describe(args.describe)

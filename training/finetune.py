@@ -31,6 +31,7 @@ section in its card, and its int8 graph (tools.quantize).
 $ python -m training.finetune --mixes 0.25,0.5,0.75,1                   # choose α on validation
 $ python -m training.finetune --mix 0.5 --export /tmp/mnist-ft           # export that blend
 """
+
 import argparse
 import json
 import sys
@@ -43,13 +44,13 @@ import torch.nn as nn
 
 from model import contract
 from model.capsnet import CapsNet
+from tools.compact import compact
+from tools.quantize import quantize_model
 from training import cli, data, fonts
 from training.config import PRECISIONS, TrainConfig, augment
-from tools.compact import compact
 from training.evaluate import evaluate, load_checkpoint
 from training.export import export_checkpoint, model_from_graphs, sha256
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
-from tools.quantize import quantize_model
 from training.train import load_splits
 
 SETTINGS = "finetune.json"  # OUT/finetune.json: what the run adds to its TrainConfig
@@ -58,6 +59,7 @@ SETTINGS = "finetune.json"  # OUT/finetune.json: what the run adds to its TrainC
 @dataclass
 class FineTuneConfig:
     """The fine-tune's own settings (the rest is its TrainConfig); OUT/finetune.json, the card's `fine_tune`."""
+
     model_dir: str = str(contract.SHIPPED["mnist"])  # the model folder whose weights the run starts from
     font_share: float = 0.2  # fraction of every batch that is font digits
     augment_mnist: float = 0.25  # fraction of the batch's MNIST digits that are augmented too (fonts always are)
@@ -78,9 +80,18 @@ class FontMix(Task):
     """MNIST training digits and font digits in every batch, the fonts and augment_mnist of MNIST augmented;
     validated on MNIST's split."""
 
-    def __init__(self, splits: dict[str, data.Split], font_bank: data.Split, font_val: data.Split,
-                 font_share: float, augment_mnist: float, epoch_images: int, max_shift: int,
-                 augment: data.Augment, eval_batch_size: int = 500):
+    def __init__(
+        self,
+        splits: dict[str, data.Split],
+        font_bank: data.Split,
+        font_val: data.Split,
+        font_share: float,
+        augment_mnist: float,
+        epoch_images: int,
+        max_shift: int,
+        augment: data.Augment,
+        eval_batch_size: int = 500,
+    ):
         self.train, self.val, self.fonts, self.font_val = splits["train"], splits["val"], font_bank, font_val
         self.train_size, self.font_share, self.max_shift = epoch_images, font_share, max_shift
         self.augment_mnist = augment_mnist
@@ -122,17 +133,29 @@ def finetune(config: TrainConfig, tune: FineTuneConfig, log=print) -> Run:
     out.mkdir(parents=True, exist_ok=True)
     model_dir = Path(tune.model_dir)
     source = {"model_dir": str(model_dir), "version": sha256(model_dir / contract.CAPSNET_ONNX)[:12]}
-    (out / SETTINGS).write_text(json.dumps({**asdict(tune), "source": source,
-                                            "fonts": [str(p) for p in fonts.available()]}, indent=2) + "\n")
+    (out / SETTINGS).write_text(
+        json.dumps({**asdict(tune), "source": source, "fonts": [str(p) for p in fonts.available()]}, indent=2) + "\n"
+    )
     splits = load_splits(config)
     bank = font_split(tune.font_images, config.seed, config.device)
     font_val = font_split(tune.font_val_images, config.seed + 1, config.device)
     model = model_from_graphs(model_dir).train()
-    log(f"fine-tuning {model_dir} ({source['version']}) on {hardware(config.device)}: {len(splits['train']):,} "
+    log(
+        f"fine-tuning {model_dir} ({source['version']}) on {hardware(config.device)}: {len(splits['train']):,} "
         f"MNIST training digits and {len(bank):,} font digits ({len(fonts.available())} fonts), "
-        f"{100 * tune.font_share:g}% of each batch; {len(splits['val']):,} MNIST val")
-    task = FontMix(splits, bank, font_val, tune.font_share, tune.augment_mnist, tune.epoch_images, config.max_shift,
-                   augment(config), config.eval_batch_size)
+        f"{100 * tune.font_share:g}% of each batch; {len(splits['val']):,} MNIST val"
+    )
+    task = FontMix(
+        splits,
+        bank,
+        font_val,
+        tune.font_share,
+        tune.augment_mnist,
+        tune.epoch_images,
+        config.max_shift,
+        augment(config),
+        config.eval_batch_size,
+    )
     return fit(model, task, config, log)
 
 
@@ -162,26 +185,43 @@ def compare_mixes(run_dir: Path, alphas: list[float], data_dir: Path | None = No
     rows = []
     for alpha in [0.0, *alphas]:
         model = model_from_graphs(Path(tune["model_dir"])) if alpha == 0 else load_checkpoint(blend(run_dir, alpha))[0]
-        rows.append({"alpha": alpha, "val_acc": evaluate(model, val)["accuracy"],
-                     "val_fonts_acc": evaluate(model, font_val)["accuracy"]})
-        log(f"α = {alpha:g}: MNIST val {100 * rows[-1]['val_acc']:.2f}%, "
-            f"fonts val {100 * rows[-1]['val_fonts_acc']:.1f}%")
+        rows.append(
+            {
+                "alpha": alpha,
+                "val_acc": evaluate(model, val)["accuracy"],
+                "val_fonts_acc": evaluate(model, font_val)["accuracy"],
+            }
+        )
+        log(
+            f"α = {alpha:g}: MNIST val {100 * rows[-1]['val_acc']:.2f}%, "
+            f"fonts val {100 * rows[-1]['val_fonts_acc']:.1f}%"
+        )
     return rows
 
 
-BASE_FACTS = ("version", "test_accuracy", "epochs", "run_epochs", "hardware", "precision", "train_seconds",
-              "augmentations")  # what a fine-tuned card keeps of the card it started from
+BASE_FACTS = (
+    "version",
+    "test_accuracy",
+    "epochs",
+    "run_epochs",
+    "hardware",
+    "precision",
+    "train_seconds",
+    "augmentations",
+)  # what a fine-tuned card keeps of the card it started from
 
 
 def recipe(t: dict, f: dict) -> str:
     """The fine-tune's augmentations in words, from its train_config and fine_tune sections (the card's)."""
-    return (f"fine-tuned from {f['base']['version']} ({f['base'].get('augmentations', 'its own recipe')}): "
-            f"{f['epoch_images'] * t['epochs']:,} draws, {f['font_share']:.0%} of each batch digits of "
-            f"{len(f['fonts'])} training-only fonts (training/fonts.py); the font digits and "
-            f"{f['augment_mnist']:.0%} of the MNIST ones with training.data.Augment (rotation ±{t['rotate']:g}°, "
-            f"scale ±{t['scale']:g}, shear ±{t['shear']:g}°, stroke jitter p={t['stroke_jitter']:g}, elastic "
-            f"alpha {t['elastic_alpha']:g} px sigma {t['elastic_sigma']:g} px); every image ±{t['max_shift']} px "
-            f"shifts; Adam lr {t['lr']:g} x{t['lr_decay']:g} per epoch; weight blend α = {f['blend_alpha']:g}")
+    return (
+        f"fine-tuned from {f['base']['version']} ({f['base'].get('augmentations', 'its own recipe')}): "
+        f"{f['epoch_images'] * t['epochs']:,} draws, {f['font_share']:.0%} of each batch digits of "
+        f"{len(f['fonts'])} training-only fonts (training/fonts.py); the font digits and "
+        f"{f['augment_mnist']:.0%} of the MNIST ones with training.data.Augment (rotation ±{t['rotate']:g}°, "
+        f"scale ±{t['scale']:g}, shear ±{t['shear']:g}°, stroke jitter p={t['stroke_jitter']:g}, elastic "
+        f"alpha {t['elastic_alpha']:g} px sigma {t['elastic_sigma']:g} px); every image ±{t['max_shift']} px "
+        f"shifts; Adam lr {t['lr']:g} x{t['lr_decay']:g} per epoch; weight blend α = {f['blend_alpha']:g}"
+    )
 
 
 def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None, alpha: float = 1.0) -> dict:
@@ -199,15 +239,41 @@ def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None,
     return json.loads((out_dir / contract.MODEL_CARD).read_text())
 
 
-TRAIN_OPTIONS = ("data_dir", "train_limit", "val_size", "max_shift", "rotate", "scale", "shear", "stroke_jitter",
-                 "elastic_alpha", "elastic_sigma", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
-                 "precision", "time_limit", "eval_batch_size", "log_every", "out", "resume")
+TRAIN_OPTIONS = (
+    "data_dir",
+    "train_limit",
+    "val_size",
+    "max_shift",
+    "rotate",
+    "scale",
+    "shear",
+    "stroke_jitter",
+    "elastic_alpha",
+    "elastic_sigma",
+    "epochs",
+    "batch_size",
+    "lr",
+    "lr_decay",
+    "seed",
+    "device",
+    "precision",
+    "time_limit",
+    "eval_batch_size",
+    "log_every",
+    "out",
+    "resume",
+)
 TRAIN_DEFAULTS = {  # the fine-tune's own, where TrainConfig's are for training from scratch
-    "rotate": 10.0, "scale": 0.1, "shear": 10.0, "stroke_jitter": 0.2,
+    "rotate": 10.0,
+    "scale": 0.1,
+    "shear": 10.0,
+    "stroke_jitter": 0.2,
     "elastic_alpha": 16.0,  # px; Simard et al.'s 34 at sigma 4 bends digits more than people do
     "epochs": 6,
     "lr": 2e-4,  # a fifth of training's: the weights are already good
-    "lr_decay": 0.6, "log_every": 10, "out": "runs/finetune",
+    "lr_decay": 0.6,
+    "log_every": 10,
+    "out": "runs/finetune",
 }
 
 
@@ -217,12 +283,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m training.finetune", description=__doc__.splitlines()[0])
     cli.add_options(p, FineTuneConfig)
     cli.add_options(p, TrainConfig, only=TRAIN_OPTIONS, defaults=TRAIN_DEFAULTS, choices={"precision": PRECISIONS})
-    p.add_argument("--export", type=Path, default=None, metavar="DIR",
-                   help="train nothing: write OUT's kept epoch as a model folder in DIR (graphs, card, int8)")
-    p.add_argument("--mix", type=float, default=1.0, help="with --export: blend α of the kept epoch with the "
-                                                          "starting weights (1: the kept epoch alone)")
-    p.add_argument("--mixes", default=None, metavar="A,B,...",
-                   help="train nothing: measure these blends on the validation splits")
+    p.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="train nothing: write OUT's kept epoch as a model folder in DIR (graphs, card, int8)",
+    )
+    p.add_argument(
+        "--mix",
+        type=float,
+        default=1.0,
+        help="with --export: blend α of the kept epoch with the starting weights (1: the kept epoch alone)",
+    )
+    p.add_argument(
+        "--mixes", default=None, metavar="A,B,...", help="train nothing: measure these blends on the validation splits"
+    )
     return p.parse_args(argv)
 
 

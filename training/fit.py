@@ -18,6 +18,7 @@ validated) and a TrainConfig; fit() does the rest the same way for all of them:
 - an optional time limit (config.time_limit): the epoch that passes it becomes the last one, and
   best.pt records how many epochs ran (`epochs_run`) beside the planned count.
 """
+
 import json
 import math
 import platform
@@ -50,6 +51,7 @@ class Task:
     """What an experiment adds to the loop. Subclasses set train_size and implement draw and loss;
     validate returns {"acc": ...} (and "loss" where the task has one) on the held-out set, or None
     when there is none."""
+
     train_size: int
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
@@ -65,6 +67,7 @@ class Task:
 @dataclass
 class Run:
     """What fit() returns; the model it trained holds the kept epoch's weights."""
+
     history: list[dict] = field(default_factory=list)  # one record per validated epoch
     kept_epoch: int = 0  # the epoch whose weights are in the model and in best.pt
     epochs_run: int = 0  # epochs trained (config.epochs unless the time limit stopped the run)
@@ -80,10 +83,16 @@ class Run:
         report a run made elsewhere, e.g. on a GPU machine (their --checkpoint option)."""
         history = ckpt.get("history", [])
         epochs_run = ckpt.get("epochs_run", ckpt["epoch"])
-        return cls(history=history, kept_epoch=ckpt["epoch"], epochs_run=epochs_run,
-                   selection=selection(TrainConfig(**ckpt["train_config"]), epochs_run),
-                   train_seconds=ckpt["train_seconds"], images_per_epoch=history[-1]["train_images"] if history else 0,
-                   precision=ckpt["precision"], hardware=ckpt["hardware"])
+        return cls(
+            history=history,
+            kept_epoch=ckpt["epoch"],
+            epochs_run=epochs_run,
+            selection=selection(TrainConfig(**ckpt["train_config"]), epochs_run),
+            train_seconds=ckpt["train_seconds"],
+            images_per_epoch=history[-1]["train_images"] if history else 0,
+            precision=ckpt["precision"],
+            hardware=ckpt["hardware"],
+        )
 
 
 def hardware(device: str, world: int = 1) -> str:
@@ -147,14 +156,16 @@ def epoch_batches(n: int, batch_size: int, rank: int, world: int, generator: tor
     steps = n // (batch_size * world)
     if steps == 0:
         raise ValueError(f"{n} training examples make no whole batch of {batch_size} x {world} rank(s)")
-    perm = torch.randperm(n, device=generator.device, generator=generator)[:steps * batch_size * world]
+    perm = torch.randperm(n, device=generator.device, generator=generator)[: steps * batch_size * world]
     return perm.view(steps, batch_size, world)[:, :, rank]
 
 
 def generators(seed: int, rank: int, device: str) -> dict[str, torch.Generator]:
     """`order`, alike on every rank, and `augment`, different per rank (seed offset by a prime per rank)."""
-    return {"order": torch.Generator(device=device).manual_seed(seed),
-            "augment": torch.Generator(device=device).manual_seed(seed + 7919 * (rank + 1))}
+    return {
+        "order": torch.Generator(device=device).manual_seed(seed),
+        "augment": torch.Generator(device=device).manual_seed(seed + 7919 * (rank + 1)),
+    }
 
 
 def _rng_states(gens: dict[str, torch.Generator], world: int) -> dict:
@@ -181,8 +192,10 @@ def _model_config(model: nn.Module) -> dict | None:
 def save_curves(history: list[dict], path: Path) -> None:
     """Loss and error per validated epoch (train, and val when there is a validation split)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     epochs = [h["epoch"] for h in history]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for part in ("train", "val"):
@@ -272,9 +285,16 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
 
     def record_of(epoch: int) -> dict:
         """What every checkpoint carries beside the weights: configs, history and provenance."""
-        return {"config": _model_config(model), "train_config": asdict(config), "epoch": epoch,
-                "history": run.history, "train_seconds": run.train_seconds, "hardware": run.hardware,
-                "precision": precision, "dataset": config.dataset}
+        return {
+            "config": _model_config(model),
+            "train_config": asdict(config),
+            "epoch": epoch,
+            "history": run.history,
+            "train_seconds": run.train_seconds,
+            "hardware": run.hardware,
+            "precision": precision,
+            "dataset": config.dataset,
+        }
 
     began = time.perf_counter()
     epoch = start - 1
@@ -293,9 +313,11 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
             hits += res.correct.sum()
             if master and (step + 1) % config.log_every == 0:
                 seen = (step + 1) * config.batch_size
-                log(f"epoch {epoch}/{config.epochs} step {step + 1}/{steps} loss {loss_sum.item() / (step + 1):.4f} "
+                log(
+                    f"epoch {epoch}/{config.epochs} step {step + 1}/{steps} loss {loss_sum.item() / (step + 1):.4f} "
                     f"acc {hits.item() / seen:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
-                    f"({seen / (time.perf_counter() - t0):.0f} images/s per rank)")
+                    f"({seen / (time.perf_counter() - t0):.0f} images/s per rank)"
+                )
         if is_cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
@@ -310,10 +332,16 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
             continue
 
         # --- validate and checkpoint (rank 0)
-        record = {"epoch": epoch, "step": epoch * steps, "lr": scheduler.get_last_lr()[0],
-                  "train_loss": loss_sum.item() / steps, "train_acc": hits.item() / (steps * config.batch_size),
-                  "epoch_seconds": seconds, "train_images": run.images_per_epoch,
-                  "train_images_per_s": run.images_per_epoch / seconds}
+        record = {
+            "epoch": epoch,
+            "step": epoch * steps,
+            "lr": scheduler.get_last_lr()[0],
+            "train_loss": loss_sum.item() / steps,
+            "train_acc": hits.item() / (steps * config.batch_size),
+            "epoch_seconds": seconds,
+            "train_images": run.images_per_epoch,
+            "train_images_per_s": run.images_per_epoch / seconds,
+        }
         with amp:
             val = task.validate(model)
         if val is not None:
@@ -321,13 +349,21 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
         run.history.append(record)
         log(json.dumps(record))
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        keep = val is None and last or val is not None and val["acc"] >= best_acc
+        keep = (val is None and last) or (val is not None and val["acc"] >= best_acc)
         if keep:
             best_state, run.kept_epoch = state, epoch
             best_acc = val["acc"] if val is not None else best_acc
         common = record_of(epoch)
-        torch.save({**common, "model": state, "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "rng": rng}, out / "last.pt")
+        torch.save(
+            {
+                **common,
+                "model": state,
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": rng,
+            },
+            out / "last.pt",
+        )
         if keep:  # now, so that a run cut off later (and its --resume) still has it
             torch.save({**common, "model": state}, out / "best.pt")
         (out / "metrics.json").write_text(json.dumps(run.history, indent=2))
@@ -336,8 +372,9 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
 
     run.epochs_run = epoch
     if master and best_state is not None:  # the kept weights again, now with the whole run's record
-        torch.save({**record_of(epoch), "model": best_state, "epoch": run.kept_epoch, "epochs_run": epoch},
-                   out / "best.pt")
+        torch.save(
+            {**record_of(epoch), "model": best_state, "epoch": run.kept_epoch, "epochs_run": epoch}, out / "best.pt"
+        )
     if master and run.history:
         save_curves(run.history, out / "curves.png")
     run.selection = selection(config, run.epochs_run)

@@ -23,7 +23,8 @@ Sans Mono's) are left out. Install them with
 Missing fonts are skipped (available()). Deterministic for a seed (numpy's PCG64; glyphs as the
 installed Pillow/FreeType draw them).
 """
-from functools import lru_cache
+
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -35,33 +36,82 @@ from model import contract
 FONT_ROOTS = (Path("/usr/share/fonts/truetype"), Path("/usr/share/fonts/opentype"))  # Debian's
 FONTS = (
     # serif: flagged and footed 1s, old-style figures, bold and italic
-    "urw-base35/C059-Roman.otf", "urw-base35/C059-Bold.otf", "urw-base35/C059-Italic.otf",
-    "urw-base35/C059-BdIta.otf", "urw-base35/P052-Roman.otf", "urw-base35/P052-Bold.otf",
-    "urw-base35/P052-Italic.otf", "urw-base35/URWBookman-Light.otf", "urw-base35/URWBookman-Demi.otf",
-    "urw-base35/URWBookman-LightItalic.otf", "crosextra/Caladea-Regular.ttf", "crosextra/Caladea-Bold.ttf",
-    "crosextra/Caladea-Italic.ttf", "linux-libertine/LinLibertine_R.otf", "linux-libertine/LinLibertine_RB.otf",
-    "linux-libertine/LinLibertine_RI.otf", "ebgaramond/EBGaramond12-Regular.otf", "noto/NotoSerif-Regular.ttf",
-    "noto/NotoSerif-Bold.ttf", "noto/NotoSerif-Italic.ttf", "paratype/PTF55F.ttf", "paratype/PTF75F.ttf",
-    "paratype/PTF56F.ttf", "neohellenic/GFSNeohellenic.otf",
+    "urw-base35/C059-Roman.otf",
+    "urw-base35/C059-Bold.otf",
+    "urw-base35/C059-Italic.otf",
+    "urw-base35/C059-BdIta.otf",
+    "urw-base35/P052-Roman.otf",
+    "urw-base35/P052-Bold.otf",
+    "urw-base35/P052-Italic.otf",
+    "urw-base35/URWBookman-Light.otf",
+    "urw-base35/URWBookman-Demi.otf",
+    "urw-base35/URWBookman-LightItalic.otf",
+    "crosextra/Caladea-Regular.ttf",
+    "crosextra/Caladea-Bold.ttf",
+    "crosextra/Caladea-Italic.ttf",
+    "linux-libertine/LinLibertine_R.otf",
+    "linux-libertine/LinLibertine_RB.otf",
+    "linux-libertine/LinLibertine_RI.otf",
+    "ebgaramond/EBGaramond12-Regular.otf",
+    "noto/NotoSerif-Regular.ttf",
+    "noto/NotoSerif-Bold.ttf",
+    "noto/NotoSerif-Italic.ttf",
+    "paratype/PTF55F.ttf",
+    "paratype/PTF75F.ttf",
+    "paratype/PTF56F.ttf",
+    "neohellenic/GFSNeohellenic.otf",
     # sans: hairline to black
-    "noto/NotoSans-Regular.ttf", "noto/NotoSans-Bold.ttf", "noto/NotoSans-Italic.ttf",
-    "open-sans/OpenSans-Light.ttf", "open-sans/OpenSans-Regular.ttf", "open-sans/OpenSans-ExtraBold.ttf",
-    "open-sans/OpenSans-Italic.ttf", "lato/Lato-Hairline.ttf", "lato/Lato-Light.ttf", "lato/Lato-Regular.ttf",
-    "lato/Lato-Black.ttf", "lato/Lato-Italic.ttf", "crosextra/Carlito-Regular.ttf", "crosextra/Carlito-Bold.ttf",
-    "cantarell/Cantarell-Thin.otf", "cantarell/Cantarell-Regular.otf", "cantarell/Cantarell-ExtraBold.otf",
-    "quicksand/Quicksand-Light.ttf", "quicksand/Quicksand-Bold.ttf", "urw-base35/URWGothic-Book.otf",
-    "urw-base35/URWGothic-Demi.otf", "linux-libertine/LinBiolinum_R.otf", "linux-libertine/LinBiolinum_RB.otf",
-    "paratype/PTS55F.ttf", "paratype/PTS75F.ttf", "paratype/PTS56F.ttf", "paratype/PTN57F.ttf",
+    "noto/NotoSans-Regular.ttf",
+    "noto/NotoSans-Bold.ttf",
+    "noto/NotoSans-Italic.ttf",
+    "open-sans/OpenSans-Light.ttf",
+    "open-sans/OpenSans-Regular.ttf",
+    "open-sans/OpenSans-ExtraBold.ttf",
+    "open-sans/OpenSans-Italic.ttf",
+    "lato/Lato-Hairline.ttf",
+    "lato/Lato-Light.ttf",
+    "lato/Lato-Regular.ttf",
+    "lato/Lato-Black.ttf",
+    "lato/Lato-Italic.ttf",
+    "crosextra/Carlito-Regular.ttf",
+    "crosextra/Carlito-Bold.ttf",
+    "cantarell/Cantarell-Thin.otf",
+    "cantarell/Cantarell-Regular.otf",
+    "cantarell/Cantarell-ExtraBold.otf",
+    "quicksand/Quicksand-Light.ttf",
+    "quicksand/Quicksand-Bold.ttf",
+    "urw-base35/URWGothic-Book.otf",
+    "urw-base35/URWGothic-Demi.otf",
+    "linux-libertine/LinBiolinum_R.otf",
+    "linux-libertine/LinBiolinum_RB.otf",
+    "paratype/PTS55F.ttf",
+    "paratype/PTS75F.ttf",
+    "paratype/PTS56F.ttf",
+    "paratype/PTN57F.ttf",
     # monospaced: footed 1s, slashed and dotted 0s
-    "urw-base35/NimbusMonoPS-Regular.otf", "urw-base35/NimbusMonoPS-Bold.otf", "inconsolata/Inconsolata.otf",
-    "firacode/FiraCode-Light.ttf", "firacode/FiraCode-Bold.ttf", "jetbrains-mono/JetBrainsMono-Thin.ttf",
-    "jetbrains-mono/JetBrainsMono-Regular.ttf", "jetbrains-mono/JetBrainsMono-ExtraBold.ttf",
-    "jetbrains-mono/JetBrainsMono-Italic.ttf", "paratype/PTM55F.ttf",
+    "urw-base35/NimbusMonoPS-Regular.otf",
+    "urw-base35/NimbusMonoPS-Bold.otf",
+    "inconsolata/Inconsolata.otf",
+    "firacode/FiraCode-Light.ttf",
+    "firacode/FiraCode-Bold.ttf",
+    "jetbrains-mono/JetBrainsMono-Thin.ttf",
+    "jetbrains-mono/JetBrainsMono-Regular.ttf",
+    "jetbrains-mono/JetBrainsMono-ExtraBold.ttf",
+    "jetbrains-mono/JetBrainsMono-Italic.ttf",
+    "paratype/PTM55F.ttf",
     # handwriting and script
-    "bwht/BecauseWeBuild-Regular.otf", "bwht/BecauseWeConnect-Regular.otf", "bwht/BecauseWeCreate-Regular.otf",
-    "bwht/BecauseWeLearn-Regular.otf", "bwht/BecauseWeMentor-Regular.otf", "bwht/BecauseWeOrganize-Regular.otf",
-    "dancingscript/DancingScript-Regular.otf", "dancingscript/DancingScript-Bold.otf", "kristi/Kristi.ttf",
-    "klee/KleeOne-Regular.ttf", "klee/KleeOne-SemiBold.ttf", "urw-base35/Z003-MediumItalic.otf",
+    "bwht/BecauseWeBuild-Regular.otf",
+    "bwht/BecauseWeConnect-Regular.otf",
+    "bwht/BecauseWeCreate-Regular.otf",
+    "bwht/BecauseWeLearn-Regular.otf",
+    "bwht/BecauseWeMentor-Regular.otf",
+    "bwht/BecauseWeOrganize-Regular.otf",
+    "dancingscript/DancingScript-Regular.otf",
+    "dancingscript/DancingScript-Bold.otf",
+    "kristi/Kristi.ttf",
+    "klee/KleeOne-Regular.ttf",
+    "klee/KleeOne-SemiBold.ttf",
+    "urw-base35/Z003-MediumItalic.otf",
 )
 # -----------------------------------------------------------------------------------------------
 EM = 112  # px: the type size drawn; a digit's ~80 px ink box shrinks ~4x into the 20 px box (anti-aliased)
@@ -79,7 +129,7 @@ def available(names: tuple[str, ...] = FONTS) -> list[Path]:
     return [root / name for name in names for root in FONT_ROOTS if (root / name).exists()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def face(path: Path) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(str(path), EM)
 
@@ -101,8 +151,9 @@ def glyph(path: Path, digit: int, outline: int, bolder: int, slant: float, angle
     origin = ((canvas.width - (right - left)) / 2 - left, (canvas.height - (bottom - top)) / 2 - top)
     draw.text(origin, str(digit), fill=0 if outline else 255, font=face(path), stroke_width=width, stroke_fill=255)
     centre = canvas.height / 2
-    canvas = canvas.transform(canvas.size, Image.Transform.AFFINE, (1, slant, -slant * centre, 0, 1, 0),
-                              Image.Resampling.BICUBIC)
+    canvas = canvas.transform(
+        canvas.size, Image.Transform.AFFINE, (1, slant, -slant * centre, 0, 1, 0), Image.Resampling.BICUBIC
+    )
     canvas = canvas.rotate(angle, Image.Resampling.BICUBIC)
     return np.asarray(canvas, np.float32) / 255
 
@@ -118,8 +169,10 @@ def render(n: int, seed: int = 0, fonts: list[Path] | None = None) -> tuple[np.n
     """
     fonts = available() if fonts is None else fonts
     if not fonts:
-        raise FileNotFoundError(f"none of the training fonts is installed under {', '.join(map(str, FONT_ROOTS))}; "
-                                "see training/fonts.py for the packages")
+        raise FileNotFoundError(
+            f"none of the training fonts is installed under {', '.join(map(str, FONT_ROOTS))}; "
+            "see training/fonts.py for the packages"
+        )
     rng = np.random.default_rng(seed)
     images = np.zeros((n, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.uint8)
     labels = np.arange(n, dtype=np.int64) % 10
@@ -127,7 +180,13 @@ def render(n: int, seed: int = 0, fonts: list[Path] | None = None) -> tuple[np.n
         hollow = rng.random() < OUTLINE
         outline = round(EM * rng.uniform(*OUTLINE_WIDTH)) if hollow else 0
         bolder = round(EM * rng.uniform(*BOLDER_WIDTH)) if not hollow and rng.random() < BOLDER else 0
-        ink = glyph(fonts[(i // 10) % len(fonts)], int(digit), outline, bolder, rng.uniform(*SLANT),
-                    rng.uniform(-ROTATION, ROTATION))
+        ink = glyph(
+            fonts[(i // 10) % len(fonts)],
+            int(digit),
+            outline,
+            bolder,
+            rng.uniform(*SLANT),
+            rng.uniform(-ROTATION, ROTATION),
+        )
         images[i] = np.round(fit_and_centre(ink) * 255)
     return images, labels

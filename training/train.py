@@ -19,6 +19,7 @@ The loop is training/fit.py; every setting is a field of TrainConfig (training/c
 CapsNetConfig, both saved in the checkpoints. Writes OUT/best.pt, OUT/last.pt, OUT/metrics.json and
 OUT/curves.png.
 """
+
 import argparse
 import os
 import sys
@@ -54,12 +55,18 @@ def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
 
 # -------------------------------------------------------------------------------------------------
 
+
 class ShiftedDigits(Task):
     """MNIST or Fashion-MNIST as in section 5: each training image shifted by up to max_shift pixels
     with zero padding, a fresh shift every time it is drawn; margin + reconstruction loss; accuracy."""
 
-    def __init__(self, splits: dict[str, data.Split], max_shift: int, eval_batch_size: int = 500,
-                 augment: data.Augment | None = None):
+    def __init__(
+        self,
+        splits: dict[str, data.Split],
+        max_shift: int,
+        eval_batch_size: int = 500,
+        augment: data.Augment | None = None,
+    ):
         self.train, self.val = splits["train"], splits["val"]
         self.train_size, self.max_shift, self.eval_batch_size = len(self.train), max_shift, eval_batch_size
         self.augment = augment or data.Augment()
@@ -87,7 +94,7 @@ def load_splits(config: TrainConfig, dataset: str | None = None) -> dict[str, da
     splits = data.load(config.data_dir or data.fetch(dataset), val_size=config.val_size)
     if config.train_limit:
         train = splits["train"]
-        splits["train"] = data.Split(train.images[:config.train_limit], train.labels[:config.train_limit])
+        splits["train"] = data.Split(train.images[: config.train_limit], train.labels[: config.train_limit])
     return {k: v.to(config.device) for k, v in splits.items()}
 
 
@@ -101,16 +108,20 @@ def train(config: TrainConfig, model_config: CapsNetConfig, log=print) -> tuple[
     master = not dist.is_initialized() or dist.get_rank() == 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     if master:
-        log(f"CapsNet ({model_config.routing} routing) {model.num_params():,} parameters on "
+        log(
+            f"CapsNet ({model_config.routing} routing) {model.num_params():,} parameters on "
             f"{hardware(config.device, world)}; {len(splits['train']):,} train / {len(splits['val']):,} val / "
-            f"{len(splits['test']):,} test")
+            f"{len(splits['test']):,} test"
+        )
     task = ShiftedDigits(splits, config.max_shift, config.eval_batch_size, augment(config))
     run = fit(model, task, config, log)
     if not master:
         return model, run, None
     test = evaluate(model, splits["test"], config.eval_batch_size)
-    log(f"kept epoch {run.kept_epoch} ({run.selection}): test accuracy {100 * test['accuracy']:.2f}% "
-        f"({test['errors']} errors)")
+    log(
+        f"kept epoch {run.kept_epoch} ({run.selection}): test accuracy {100 * test['accuracy']:.2f}% "
+        f"({test['errors']} errors)"
+    )
     return model, run, test
 
 

@@ -1,17 +1,18 @@
 """Decode untrusted image bytes safely, turn them into what the model expects, and draw the answer.
 
-  decode.py     untrusted bytes (or base64) -> a loaded, upright Pillow image; ImageError (a 4xx and why)
-  ink.py        the paper under the ink, the noise on it, and the parts of the ink that make the digit
-  digit.py      one digit: cropped, its stroke brought into MNIST's range, fitted and centred as LeCun's
-  pair.py       two overlapping digits (MultiMNIST), fitted at several scales
-  garment.py    one object on a plain background, as Fashion-MNIST was made from product photos
-  prepared.py   what each of them returns: the input, its warnings, its candidates
-  registry.py   the card's preprocessing name -> its function; preprocess() picks one
-  render.py     the answer's pictures: PNG data URLs and the paper's Fig. 5 overlay
+decode.py     untrusted bytes (or base64) -> a loaded, upright Pillow image; ImageError (a 4xx and why)
+ink.py        the paper under the ink, the noise on it, and the parts of the ink that make the digit
+digit.py      one digit: cropped, its stroke brought into MNIST's range, fitted and centred as LeCun's
+pair.py       two overlapping digits (MultiMNIST), fitted at several scales
+garment.py    one object on a plain background, as Fashion-MNIST was made from product photos
+prepared.py   what each of them returns: the input, its warnings, its candidates
+registry.py   the card's preprocessing name -> its function; preprocess() picks one
+render.py     the answer's pictures: PNG data URLs and the paper's Fig. 5 overlay
 """
+
 from app.imaging.decode import ImageError, decode, from_base64, open_image
 from app.imaging.prepared import Prepared
 from app.imaging.registry import preprocess
 from app.imaging.render import overlay, png_data_url
 
-__all__ = ["ImageError", "decode", "from_base64", "open_image", "Prepared", "preprocess", "overlay", "png_data_url"]
+__all__ = ["ImageError", "Prepared", "decode", "from_base64", "open_image", "overlay", "png_data_url", "preprocess"]

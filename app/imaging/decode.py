@@ -4,6 +4,7 @@ Only PNG, JPEG, BMP, GIF and WebP are opened; the pixel limit is checked from th
 pixel is decoded, and whatever a malformed file makes Pillow raise becomes an ImageError: the 4xx to
 answer and a sentence saying why. Base64 and data URLs (a JSON body's `image`) are read here too.
 """
+
 import base64
 import binascii
 import io
@@ -32,7 +33,7 @@ def from_base64(text: str) -> bytes:
     """Base64 or a base64 data URL ("data:image/png;base64,...") -> bytes; whitespace is ignored."""
     text = text.strip()
     if match := DATA_URL.match(text):
-        text = text[match.end():]
+        text = text[match.end() :]
     elif text.startswith("data:"):
         raise ImageError("`image` is a data URL without ;base64, send data:image/png;base64,<...>")
     try:
@@ -68,8 +69,9 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
         image = Image.open(io.BytesIO(data), formats=FORMATS)
     width, height = image.size
     if width * height > max_pixels:
-        raise ImageError(f"the image has {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}",
-                         413)
+        raise ImageError(
+            f"the image has {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}", 413
+        )
     return image
 
 

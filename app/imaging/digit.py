@@ -13,6 +13,7 @@ People send photos, scans and canvases, not MNIST, so before that (each step is 
      (contract.STROKE_RANGE), erode or dilate it to MNIST's median, so a marker's loops stay open.
   3. fit and centre as LeCun did.
 """
+
 import math
 
 import numpy as np
@@ -39,7 +40,7 @@ def stroke_width(ink: np.ndarray) -> float:
 
 def disk(radius: float) -> np.ndarray:
     r = math.ceil(radius)
-    ys, xs = np.mgrid[-r:r + 1, -r:r + 1]
+    ys, xs = np.mgrid[-r : r + 1, -r : r + 1]
     return ys * ys + xs * xs <= radius * radius
 
 
@@ -102,7 +103,7 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     """Ink (H, W) -> (size, size): crop to the ink, fit into box x box keeping aspect (None: keep its
     scale), centre of mass at the centre (LeCun's MNIST: box 20, size 28, centre (14, 14))."""
     rows, cols = np.flatnonzero(x.any(axis=1)), np.flatnonzero(x.any(axis=0))
-    x = x[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    x = x[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     scale = 1.0 if box is None else box / max(x.shape)
     height, width = (max(1, round(side * scale)) for side in x.shape)
     small = Image.fromarray(x).resize((width, height), Image.Resampling.LANCZOS)
@@ -114,7 +115,7 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     left = int(np.floor(size // 2 - (xs * small).sum() / mass + 0.5))
     top, left = min(max(top, 0), size - height), min(max(left, 0), size - width)
     out = np.zeros((size, size), np.float32)
-    out[top:top + height, left:left + width] = small
+    out[top : top + height, left : left + width] = small
     return out
 
 
@@ -128,8 +129,7 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     if boxes is None:
         return Prepared(fit_and_centre(ink, None, size), warnings_of(digit, what))
     # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
-    fitted = np.stack([fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box), box, size)
-                       for box in boxes])
+    fitted = np.stack([fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box), box, size) for box in boxes])
     return Prepared(fitted[0], warnings_of(digit, what), fitted if len(boxes) > 1 else None)
 
 

@@ -2,6 +2,7 @@
 Fashion-MNIST was made from product photos (github.com/zalandoresearch/fashion-mnist, "Get the data"):
 trim the plain background, resize the longest edge to the frame, centre, negate, grey levels kept.
 """
+
 import numpy as np
 from PIL import Image
 from scipy import ndimage
@@ -34,8 +35,10 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     paper = float(median(frame))
     a = (paper - x) / max(paper, 1e-6) if paper >= 0.5 else (x - paper) / max(1.0 - paper, 1e-6)
     a = np.clip(a, 0.0, 1.0)
-    flat = ImageError("nothing stands out from the background: the image is one flat colour (or noise); send a "
-                      "photo of one garment on a plain background")
+    flat = ImageError(
+        "nothing stands out from the background: the image is one flat colour (or noise); send a "
+        "photo of one garment on a plain background"
+    )
     if a.max() < MIN_CONTRAST:
         raise flat
     floor = max(TRIM, NOISE_FLOOR * robust_sigma(frame - paper))
@@ -45,13 +48,19 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     masses = np.bincount(labels.ravel(), a.ravel(), n + 1)[1:]
     kept = np.flatnonzero(masses >= MIN_PART * masses.max()) + 1
     rows, cols = np.nonzero(np.isin(labels, kept))
-    a = a[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    a = a[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
     scale = box / max(a.shape)
     height, width = (min(box, max(1, round(side * scale))) for side in a.shape)
     small = np.clip(np.asarray(Image.fromarray(a).resize((width, height), Image.Resampling.LANCZOS)), 0.0, 1.0)
     out = np.zeros((size, size), np.float32)
-    top, left = (size - height + 1) // 2, (size - width + 1) // 2  # an odd margin's extra pixel before, as Fashion-MNIST's
-    out[top:top + height, left:left + width] = small
-    notes = [] if a.max() >= LOW_CONTRAST else [
-        f"very low contrast: the object differs from the background by {a.max():.2f} of the full range"]
+    top, left = (
+        (size - height + 1) // 2,
+        (size - width + 1) // 2,
+    )  # an odd margin's extra pixel before, as Fashion-MNIST's
+    out[top : top + height, left : left + width] = small
+    notes = (
+        []
+        if a.max() >= LOW_CONTRAST
+        else [f"very low contrast: the object differs from the background by {a.max():.2f} of the full range"]
+    )
     return Prepared(out, notes)

@@ -14,6 +14,7 @@ heaviest and the parts near it; specks and far shapes are dropped).
 An image with transparency (the demo's drawing pad sends strokes on a transparent canvas) has its ink in
 the alpha channel: light ink on a black paper.
 """
+
 import math
 from typing import NamedTuple
 
@@ -37,6 +38,7 @@ NO_INK = "no ink stands out from the noise: the image looks like blank paper; se
 
 class Paper(NamedTuple):
     """What lies under the ink: the paper's lighting, the noise on it and which way the ink goes."""
+
     surface: np.ndarray  # (6,) quadratic in (u, v), the picture's coordinates scaled to [-1, 1]
     sigma: float  # the noise's standard deviation on the paper (fit_paper)
     polarity: float  # +1: ink lighter than the paper, -1: darker
@@ -44,6 +46,7 @@ class Paper(NamedTuple):
 
 class Digit(NamedTuple):
     """The parts of the ink that make the digit, found on the reduced copy."""
+
     mask: np.ndarray  # (h, w) bool on the reduced copy: the kept parts
     box: tuple[int, int, int, int]  # (top, left, bottom, right) of the kept parts, reduced copy's px
     contrast: float  # the strongest ink's distance from the paper, in [0, 1]
@@ -96,7 +99,7 @@ def noise_sigma(x: np.ndarray) -> float:
     coefficients / 0.6745 (Donoho & Johnstone 1994), which lighting, a broad or blurry stroke and
     straight edges hardly change."""
     h, w = x.shape
-    b = x[:h - h % 2, :w - w % 2]
+    b = x[: h - h % 2, : w - w % 2]
     return robust_sigma((b[0::2, 0::2] - b[0::2, 1::2] - b[1::2, 0::2] + b[1::2, 1::2]) / 2)
 
 
@@ -167,7 +170,7 @@ def fit_surface(x: np.ndarray) -> np.ndarray:
     of x, 3 rounds that drop blocks more than 2.5 sigma off (ink)."""
     h, w = x.shape
     step = max(1, min(h, w, max(h, w) // 16))  # a strip thinner than a block is one row of blocks
-    blocks = x[:h - h % step, :w - w % step].reshape(h // step, step, w // step, step).swapaxes(1, 2)
+    blocks = x[: h - h % step, : w - w % step].reshape(h // step, step, w // step, step).swapaxes(1, 2)
     medians = median(blocks.reshape(h // step, w // step, step * step)).ravel()
     u, v = grid((h // step, w // step), (0, 0, w - w % step, h - h % step), (w, h))
     basis = quadratic(u.ravel(), v.ravel())
@@ -193,8 +196,7 @@ def otsu(values: np.ndarray, bins: int = 64) -> float:
     return float(edges[1:-1][np.argmax(w0 * w1 * (m0 - m1) ** 2)])
 
 
-def ink_map(x: np.ndarray, paper: Paper, box: tuple[float, float, float, float],
-            size: tuple[int, int]) -> np.ndarray:
+def ink_map(x: np.ndarray, paper: Paper, box: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
     """x minus the paper under it, signed so that ink is positive; x covers `box` of a picture of `size`."""
     return paper.polarity * (x - quadratic(*grid(x.shape, box, size)) @ paper.surface)
 
@@ -258,9 +260,10 @@ def warnings_of(digit: Digit, what: str = "one digit") -> list[str]:
     """Sentences about an input the model may misread; `what` the model wants in one image."""
     notes = []
     if digit.contrast < LOW_CONTRAST:
-        notes.append(f"very low contrast: the ink differs from the paper by {digit.contrast:.2f} of the full "
-                     "range; a darker pen or more light would help")
+        notes.append(
+            f"very low contrast: the ink differs from the paper by {digit.contrast:.2f} of the full "
+            "range; a darker pen or more light would help"
+        )
     if digit.other_shapes:
-        notes.append(f"{digit.other_shapes} other shape(s) beside the digit were left out; send {what} "
-                     "per image")
+        notes.append(f"{digit.other_shapes} other shape(s) beside the digit were left out; send {what} per image")
     return notes

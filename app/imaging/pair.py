@@ -2,6 +2,7 @@
 card's `digit-pair`): found and normalised as one digit is (app/imaging/digit.py), their union fitted
 into the training pairs' median ink box and four boxes around it (candidates, of which the model reads
 the one it redraws best)."""
+
 from PIL import Image
 
 from app.imaging.digit import digits

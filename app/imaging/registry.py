@@ -3,6 +3,7 @@
 A model's card names its preprocessing (model/contract.py's PREPROCESSING, model/card.py); a request may
 ask for none instead (preprocess=none): the picture is already the model's input.
 """
+
 from collections.abc import Callable
 
 import numpy as np
@@ -25,14 +26,17 @@ def as_is(image: Image.Image, size: int) -> Prepared:
     """The picture itself as the input: it must already be size x size, white on black (transparent
     pixels count as black)."""
     if image.size != (size, size):
-        raise ImageError(f"preprocess=none needs a {size}x{size} image; this one is "
-                         f"{image.width}x{image.height} (use preprocess=auto)")
+        raise ImageError(
+            f"preprocess=none needs a {size}x{size} image; this one is "
+            f"{image.width}x{image.height} (use preprocess=auto)"
+        )
     grey, alpha = channels(image)
     return Prepared((grey if alpha is None else grey * alpha).astype(np.float32), [])
 
 
-def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMAGE_SIZE,
-               box: int = contract.INK_BOX) -> Prepared:
+def preprocess(
+    image: Image.Image, kind: str = "digit", size: int = contract.IMAGE_SIZE, box: int = contract.INK_BOX
+) -> Prepared:
     """A decoded image -> the (size, size) float32 model input and warnings about it.
 
     Args:
@@ -45,6 +49,8 @@ def preprocess(image: Image.Image, kind: str = "digit", size: int = contract.IMA
     if kind == "none":
         return as_is(image, size)
     if kind not in PREPROCESSINGS:
-        raise ValueError(f"no preprocessing is named {kind!r}: a model's card names one of "
-                         f"{', '.join(PREPROCESSINGS)}, and a request may ask for none")
+        raise ValueError(
+            f"no preprocessing is named {kind!r}: a model's card names one of "
+            f"{', '.join(PREPROCESSINGS)}, and a request may ask for none"
+        )
     return PREPROCESSINGS[kind](image, size, box)

@@ -1,4 +1,5 @@
 """The answer's pictures: arrays as PNG data URLs, and the paper's Fig. 5 overlay of two objects."""
+
 import base64
 import io
 

@@ -17,6 +17,7 @@ ready or when the queue is full, 504 past the request deadline.
 The OpenAPI document has one infer operation per served graph, with that graph's own request schema
 (`document_infer`): every request it describes is one the route takes.
 """
+
 import math
 import re
 from typing import Any
@@ -56,8 +57,12 @@ class ErrorBody(BaseModel):
 
 def documented(*statuses: int) -> dict:
     """The error answers a route can give, for its OpenAPI entry."""
-    meaning = {400: "a malformed request", 404: "no such model or version", 503: "not ready, or the queue is full",
-               504: "the model did not answer within the request deadline"}
+    meaning = {
+        400: "a malformed request",
+        404: "no such model or version",
+        503: "not ready, or the queue is full",
+        504: "the model did not answer within the request deadline",
+    }
     return {status: {"model": ErrorBody, "description": meaning[status]} for status in statuses}
 
 
@@ -93,6 +98,7 @@ def tensor_metadata(node) -> dict:
 
 # --- health and metadata ---------------------------------------------------------------------------
 
+
 @router.get("/health/live", summary="The server is alive")
 async def live() -> dict:
     return {"live": True}
@@ -114,9 +120,13 @@ async def model_metadata(name: str, engines: EnginesDep, version: str | None = N
     try:
         engine, session = session_of(engines, name)
         check_version(engine, version)
-        return {"name": name, "versions": [engine.version], "platform": "onnxruntime_onnx",
-                "inputs": [tensor_metadata(i) for i in session.get_inputs()],
-                "outputs": [tensor_metadata(o) for o in session.get_outputs()]}
+        return {
+            "name": name,
+            "versions": [engine.version],
+            "platform": "onnxruntime_onnx",
+            "inputs": [tensor_metadata(i) for i in session.get_inputs()],
+            "outputs": [tensor_metadata(o) for o in session.get_outputs()],
+        }
     except ProtocolError as exc:
         return error(str(exc), exc.status)
 
@@ -139,6 +149,7 @@ def check_version(engine: Engine, version: str | None) -> None:
 
 # --- inference ---------------------------------------------------------------------------------------
 
+
 def is_json(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
@@ -148,7 +159,7 @@ def split_body(body: bytes, content_type: str | None, header_length: str | None)
     request alone; any other (the extension's application/octet-stream, or none, as tritonclient sends)
     starts with Inference-Header-Content-Length bytes of JSON, or is all JSON without the header."""
     if not body:
-        raise ProtocolError("the request has no body; send the JSON inference request, {\"inputs\": [...]}")
+        raise ProtocolError('the request has no body; send the JSON inference request, {"inputs": [...]}')
     if header_length is None or is_json(content_type):
         size = len(body)
     elif not re.fullmatch(r"[0-9]+", header_length.strip()):
@@ -156,11 +167,14 @@ def split_body(body: bytes, content_type: str | None, header_length: str | None)
     else:
         size = int(header_length)
         if size == 0:
-            raise ProtocolError(f"{HEADER_LENGTH} is 0, but the body must start with the JSON request; send its "
-                                "length in bytes, or leave the header out when the whole body is JSON")
+            raise ProtocolError(
+                f"{HEADER_LENGTH} is 0, but the body must start with the JSON request; send its "
+                "length in bytes, or leave the header out when the whole body is JSON"
+            )
         if size > len(body):
-            raise ProtocolError(f"{HEADER_LENGTH} says the JSON request is {size} bytes, but the whole body "
-                                f"is {len(body)}")
+            raise ProtocolError(
+                f"{HEADER_LENGTH} says the JSON request is {size} bytes, but the whole body is {len(body)}"
+            )
     try:
         request = orjson.loads(body[:size])
     except orjson.JSONDecodeError as exc:
@@ -203,38 +217,53 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
     want = tensor_metadata(expected)["shape"]
     if isinstance(shape, list) and all((isinstance(d, float) and d.is_integer()) or type(d) is int for d in shape):
         shape = [int(d) for d in shape]  # JSON's 28.0 is the integer 28
-    if (not isinstance(shape, list) or len(shape) != len(want) or not all(type(d) is int for d in shape)
-            or any(w not in (-1, d) for w, d in zip(want, shape)) or not 1 <= shape[0] <= MAX_ROWS):
-        raise ProtocolError(f"input {expected.name} has shape {shape}; the model takes {want} "
-                            f"with 1 to {MAX_ROWS} rows")
+    if (
+        not isinstance(shape, list)
+        or len(shape) != len(want)
+        or not all(type(d) is int for d in shape)
+        or any(w not in (-1, d) for w, d in zip(want, shape, strict=True))
+        or not 1 <= shape[0] <= MAX_ROWS
+    ):
+        raise ProtocolError(
+            f"input {expected.name} has shape {shape}; the model takes {want} with 1 to {MAX_ROWS} rows"
+        )
     count = math.prod(shape)
     size = parameters_of(tensor, f"input {expected.name}").get("binary_data_size")
     if size is not None:
         if type(size) is not int or size != 4 * count:
-            raise ProtocolError(f"input {expected.name}: binary_data_size is {size!r}, but shape {shape} holds "
-                                f"{count} FP32 values, {4 * count} bytes")
+            raise ProtocolError(
+                f"input {expected.name}: binary_data_size is {size!r}, but shape {shape} holds "
+                f"{count} FP32 values, {4 * count} bytes"
+            )
         if len(binary) != size:
-            raise ProtocolError(f"input {expected.name}: binary_data_size is {size}, but {len(binary)} bytes follow "
-                                f"the JSON request (its length goes in {HEADER_LENGTH}, and not with "
-                                "Content-Type: application/json)")
+            raise ProtocolError(
+                f"input {expected.name}: binary_data_size is {size}, but {len(binary)} bytes follow "
+                f"the JSON request (its length goes in {HEADER_LENGTH}, and not with "
+                "Content-Type: application/json)"
+            )
         array = np.frombuffer(binary, dtype="<f4")
     else:
         if binary:
-            raise ProtocolError(f"{len(binary)} bytes follow the JSON request, but input {expected.name} has no "
-                                "parameters.binary_data_size; send its values as `data`, or say their size")
+            raise ProtocolError(
+                f"{len(binary)} bytes follow the JSON request, but input {expected.name} has no "
+                "parameters.binary_data_size; send its values as `data`, or say their size"
+            )
         try:
             array = np.asarray(tensor.get("data"), dtype=np.float32).reshape(-1)
         except (TypeError, ValueError, OverflowError):
-            raise ProtocolError(f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} "
-                                "or flat") from None
+            raise ProtocolError(
+                f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} or flat"
+            ) from None
         if array.size != count:
             raise ProtocolError(f"input {expected.name}: `data` has {array.size} values, shape {shape} needs {count}")
     low, high = VALUE_RANGE.get(expected.name, (-np.inf, np.inf))
     if not np.isfinite(array).all():
         raise ProtocolError(f"input {expected.name} holds NaN or infinite values")
     if array.size and not low <= array.min() <= array.max() <= high:
-        raise ProtocolError(f"input {expected.name} holds values from {array.min():g} to {array.max():g}; "
-                            f"the model takes {low:g} to {high:g}")
+        raise ProtocolError(
+            f"input {expected.name} holds values from {array.min():g} to {array.max():g}; "
+            f"the model takes {low:g} to {high:g}"
+        )
     return array.reshape(shape).astype(np.float32, copy=False)
 
 
@@ -246,7 +275,7 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
     if asked is None:
         return [(name, binary) for name in names]
     if not isinstance(asked, list) or not all(isinstance(o, dict) for o in asked):
-        raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects")
+        raise ProtocolError('`outputs` must be a list of {"name": ...} objects')
     unknown = [o.get("name") for o in asked if o.get("name") not in names]
     if unknown:
         raise ProtocolError(f"unknown output(s) {unknown}; the model's outputs are {', '.join(names)}")
@@ -278,8 +307,9 @@ def answer(name: str, version: str, body: dict, results: dict, wanted: list[tupl
     header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return Response(header, media_type="application/json")
-    return Response(header + b"".join(chunks), media_type="application/octet-stream",
-                    headers={HEADER_LENGTH: str(len(header))})
+    return Response(
+        header + b"".join(chunks), media_type="application/octet-stream", headers={HEADER_LENGTH: str(len(header))}
+    )
 
 
 @router.post("/models/{name}/infer", include_in_schema=False)  # documented per graph: document_infer
@@ -291,8 +321,14 @@ async def infer(name: str, request: Request, engines: EnginesDep, version: str |
         if not engine.ready:
             raise ProtocolError(f"not ready: {engine.state}", 503)
         headers = request.headers
-        body, x, wanted = await run_in_threadpool(parse, await request.body(), headers.get("content-type"),
-                                                  headers.get(HEADER_LENGTH), session, engine.outputs_of(session))
+        body, x, wanted = await run_in_threadpool(
+            parse,
+            await request.body(),
+            headers.get("content-type"),
+            headers.get(HEADER_LENGTH),
+            session,
+            engine.outputs_of(session),
+        )
         results = await engine.infer(session, x)
     except ProtocolError as exc:
         return error(str(exc), exc.status)
@@ -319,36 +355,70 @@ def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int)
     request = infer_request_schema(node.name, dims, low, high, json_rows, outputs)
     binary_form = (
         f"application/octet-stream: the binary tensor data extension. The body starts with the JSON request "
-        f"({HEADER_LENGTH} bytes), whose input has `parameters: {{\"binary_data_size\": 4 x its values}}` in "
+        f'({HEADER_LENGTH} bytes), whose input has `parameters: {{"binary_data_size": 4 x its values}}` in '
         f"place of `data`, then the tensor's float32 values, little-endian, row-major: {4 * values:,} bytes a "
-        f"row, 1 to {binary_rows} rows. Without the header the whole body is JSON.")
+        f"row, 1 to {binary_rows} rows. Without the header the whole body is JSON."
+    )
     errors = {
         "400": "a request the graph cannot take; the error says what was wrong",
         "404": "no such model or version",
         "413": "a body over the server's limit (CAPSNET_MAX_BODY_BYTES)",
         "503": "not ready, or the queue is full",
-        "504": "the model did not answer within the request deadline"}
+        "504": "the model did not answer within the request deadline",
+    }
     return {
-        "tags": [TAG], "summary": f"Run {name} on raw tensors", "operationId": "infer_" + re.sub(r"\W", "_", name),
+        "tags": [TAG],
+        "summary": f"Run {name} on raw tensors",
+        "operationId": "infer_" + re.sub(r"\W", "_", name),
         "description": f"{node.name} [rows, {', '.join(map(str, dims))}] -> {', '.join(outputs)} "
-                       f"(GET /v2/models/{name}), as JSON (application/json: the schema below) or in the binary "
-                       "tensor data extension (application/octet-stream: see the request body)",
-        "parameters": [{"name": HEADER_LENGTH, "in": "header", "required": False, "schema": {
-            "type": "integer", "minimum": 1}, "description": "the binary tensor data extension: the length in bytes "
-                                                             "of the JSON request at the start of the body; not read "
-                                                             "with Content-Type: application/json"}],
-        "requestBody": {"required": True, "description": binary_form, "content": {
-            "application/json": {"schema": request}, "application/octet-stream": BINARY}},
+        f"(GET /v2/models/{name}), as JSON (application/json: the schema below) or in the binary "
+        "tensor data extension (application/octet-stream: see the request body)",
+        "parameters": [
+            {
+                "name": HEADER_LENGTH,
+                "in": "header",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 1},
+                "description": "the binary tensor data extension: the length in bytes "
+                "of the JSON request at the start of the body; not read "
+                "with Content-Type: application/json",
+            }
+        ],
+        "requestBody": {
+            "required": True,
+            "description": binary_form,
+            "content": {"application/json": {"schema": request}, "application/octet-stream": BINARY},
+        },
         "responses": {
-            "200": {"description": "the outputs asked for; with binary outputs, the JSON response followed by their "
-                                   "bytes (application/octet-stream)",
-                    "headers": {HEADER_LENGTH: {"description": "the JSON response's length (binary responses)",
-                                                "schema": {"type": "integer"}}},
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}},
-                                "application/octet-stream": BINARY}},
-            **{status: {"description": text, "content": {"application/json": {"schema": {
-                "$ref": f"#/components/schemas/{'ErrorMessage' if status == '413' else 'ErrorBody'}"}}}}
-               for status, text in errors.items()}}}
+            "200": {
+                "description": "the outputs asked for; with binary outputs, the JSON response followed by their "
+                "bytes (application/octet-stream)",
+                "headers": {
+                    HEADER_LENGTH: {
+                        "description": "the JSON response's length (binary responses)",
+                        "schema": {"type": "integer"},
+                    }
+                },
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}},
+                    "application/octet-stream": BINARY,
+                },
+            },
+            **{
+                status: {
+                    "description": text,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "$ref": f"#/components/schemas/{'ErrorMessage' if status == '413' else 'ErrorBody'}"
+                            }
+                        }
+                    },
+                }
+                for status, text in errors.items()
+            },
+        },
+    }
 
 
 def document_infer(schema: dict, engines: Engines, max_body_bytes: int) -> None:
@@ -358,6 +428,8 @@ def document_infer(schema: dict, engines: Engines, max_body_bytes: int) -> None:
         for name, session in ((engine.name, engine.capsnet), (engine.name + DECODER, engine.decoder)):
             operation = infer_operation(name, session, engine.outputs_of(session), max_body_bytes)
             schema["paths"][f"/v2/models/{name}/infer"] = {"post": operation}
-    _, definitions = models_json_schema([(m, "serialization") for m in (InferResponse, ErrorBody, ErrorMessage)],
-                                        ref_template="#/components/schemas/{model}")
+    _, definitions = models_json_schema(
+        [(m, "serialization") for m in (InferResponse, ErrorBody, ErrorMessage)],
+        ref_template="#/components/schemas/{model}",
+    )
     schema.setdefault("components", {}).setdefault("schemas", {}).update(definitions["$defs"])

@@ -1,4 +1,5 @@
 """GET /models: every served model, what it reads, how well it does and whether it is ready."""
+
 from fastapi import APIRouter
 
 from app.deps import EnginesDep
@@ -11,11 +12,23 @@ router = APIRouter(tags=["health"])
 def entry(engine: Engine, default: str) -> ModelEntry:
     spec, card = engine.spec, engine.card
     return ModelEntry(
-        name=engine.name, default=engine.name == default, title=card["name"], version=engine.version,
-        task=spec.task, input_size=spec.size, preprocessing=spec.preprocessing.kind, objects=spec.objects,
-        classes=spec.classes, accuracy=card.get("test_accuracy"), metric=card.get("metric", "accuracy"),
-        test_set=card.get("test_set", f"the {card['dataset']} test set"), precision=engine.precision,
-        provider=engine.providers[0], ready=engine.ready, state=engine.state)
+        name=engine.name,
+        default=engine.name == default,
+        title=card["name"],
+        version=engine.version,
+        task=spec.task,
+        input_size=spec.size,
+        preprocessing=spec.preprocessing.kind,
+        objects=spec.objects,
+        classes=spec.classes,
+        accuracy=card.get("test_accuracy"),
+        metric=card.get("metric", "accuracy"),
+        test_set=card.get("test_set", f"the {card['dataset']} test set"),
+        precision=engine.precision,
+        provider=engine.providers[0],
+        ready=engine.ready,
+        state=engine.state,
+    )
 
 
 @router.get("/models", response_model=Models, summary="Every served model: task, input, classes, accuracy, readiness")

@@ -1,4 +1,5 @@
 """POST /predict: an image in (multipart `file` or JSON base64 `image`), the model's answer out."""
+
 from typing import Annotated, Any
 
 import numpy as np
@@ -17,18 +18,39 @@ from model import contract
 
 router = APIRouter(tags=["model"])
 
-REQUEST_BODY = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {
-        "type": "object", "required": ["file"],
-        "properties": {"file": {"type": "string", "format": "binary",
-                                "description": "a PNG, JPEG, BMP, GIF or WebP image: a digit, two "
-                                               "overlapping digits or a garment, as the model reads"}}}},
-    "application/json": {"schema": PredictRequest.model_json_schema()},
-}}}
-ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorMessage, "description": text} for status, text in {
-    400: "malformed multipart body", 404: "no such model", 413: "body or image too large",
-    415: "neither multipart nor JSON", 422: "not a usable image, bad option",
-    503: "the model is not ready, or too many requests are waiting"}.items()}
+REQUEST_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "a PNG, JPEG, BMP, GIF or WebP image: a digit, two "
+                            "overlapping digits or a garment, as the model reads",
+                        }
+                    },
+                }
+            },
+            "application/json": {"schema": PredictRequest.model_json_schema()},
+        },
+    }
+}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorMessage, "description": text}
+    for status, text in {
+        400: "malformed multipart body",
+        404: "no such model",
+        413: "body or image too large",
+        415: "neither multipart nor JSON",
+        422: "not a usable image, bad option",
+        503: "the model is not ready, or too many requests are waiting",
+    }.items()
+}
 
 
 async def read_image_bytes(request: Request) -> bytes:
@@ -38,8 +60,11 @@ async def read_image_bytes(request: Request) -> bytes:
         async with request.form(max_files=1, max_fields=16) as form:
             upload = form.get("file")
             if upload is None:
-                raise HTTPException(422, f"the multipart body has no `file` field (it has: "
-                                         f"{', '.join(form.keys()) or 'nothing'}); send -F file=@digit.png")
+                raise HTTPException(
+                    422,
+                    f"the multipart body has no `file` field (it has: "
+                    f"{', '.join(form.keys()) or 'nothing'}); send -F file=@digit.png",
+                )
             if not isinstance(upload, UploadFile):
                 raise HTTPException(422, "`file` must be a file upload, not a text field")
             return await upload.read()
@@ -49,8 +74,11 @@ async def read_image_bytes(request: Request) -> bytes:
         except ValidationError as exc:
             raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
         return imaging.from_base64(payload.image)
-    raise HTTPException(415, f"send the image as multipart/form-data (field `file`) or as application/json "
-                             f"{{\"image\": \"<base64>\"}}, not {media_type or 'a body without Content-Type'}")
+    raise HTTPException(
+        415,
+        f"send the image as multipart/form-data (field `file`) or as application/json "
+        f'{{"image": "<base64>"}}, not {media_type or "a body without Content-Type"}',
+    )
 
 
 INLINE_BYTES = 16 * 1024  # a small image taken as it is: well under a millisecond, less than a thread hop
@@ -84,11 +112,15 @@ def doubts(lengths: np.ndarray, order: np.ndarray, classes: list[str], objects: 
     last, next_ = int(order[objects - 1]), int(order[objects])
     if lengths[last] < contract.M_MINUS:
         which = "no class capsule is long: the longest" if objects == 1 else f"capsule {objects} of {objects} expected"
-        notes.append(f"{which} ({classes[last]}) is {lengths[last]:.2f}, below m- = {contract.M_MINUS}; the image "
-                     f"may not show {'what the model reads' if objects == 1 else f'{objects} objects'}")
+        notes.append(
+            f"{which} ({classes[last]}) is {lengths[last]:.2f}, below m- = {contract.M_MINUS}; the image "
+            f"may not show {'what the model reads' if objects == 1 else f'{objects} objects'}"
+        )
     if lengths[next_] >= UNDECIDED_LENGTH:
-        notes.append(f"the runner-up {classes[next_]} is also long ({lengths[next_]:.2f} against "
-                     f"{lengths[last]:.2f}); the answer is ambiguous")
+        notes.append(
+            f"the runner-up {classes[next_]} is also long ({lengths[next_]:.2f} against "
+            f"{lengths[last]:.2f}); the answer is ambiguous"
+        )
     return notes
 
 
@@ -111,11 +143,13 @@ async def read(prepared: imaging.Prepared, engine: Engine) -> tuple[Outputs, ima
         return await engine.predict(prepared.image), prepared
     images = prepared.candidates
     outputs = await engine.predict_many(images)
-    named = [ranked(out[contract.LENGTHS])[:engine.spec.objects] for out in outputs]
-    drawings = await engine.reconstruct(np.concatenate(named),
-                                        np.concatenate([out[contract.CAPSULES][c] for out, c in zip(outputs, named)]))
+    named = [ranked(out[contract.LENGTHS])[: engine.spec.objects] for out in outputs]
+    drawings = await engine.reconstruct(
+        np.concatenate(named),
+        np.concatenate([out[contract.CAPSULES][c] for out, c in zip(outputs, named, strict=True)]),
+    )
     explained = drawings.reshape(len(images), engine.spec.objects, *images.shape[1:]).max(axis=1)
-    error = ((explained - images) ** 2).sum(axis=(1, 2)) / np.maximum((images ** 2).sum(axis=(1, 2)), 1e-6)
+    error = ((explained - images) ** 2).sum(axis=(1, 2)) / np.maximum((images**2).sum(axis=(1, 2)), 1e-6)
     best = int(np.argmin(error))
     return outputs[best], prepared._replace(image=images[best], candidates=None)
 
@@ -123,24 +157,29 @@ async def read(prepared: imaging.Prepared, engine: Engine) -> tuple[Outputs, ima
 async def draw_objects(outputs: Outputs, engine: Engine) -> np.ndarray:
     """Each object of a several-object model (MultiMNIST) drawn from its own capsule, longest first:
     (objects, size, size), one decoder batch (section 6: each digit reconstructed alone)."""
-    named = ranked(outputs[contract.LENGTHS])[:engine.spec.objects]
+    named = ranked(outputs[contract.LENGTHS])[: engine.spec.objects]
     return await engine.reconstruct(named, outputs[contract.CAPSULES][named])
 
 
-def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engine: Engine,
-           drawings: np.ndarray | None = None) -> bytes:
+def render(
+    outputs: Outputs, prepared: imaging.Prepared, include: set[str], engine: Engine, drawings: np.ndarray | None = None
+) -> bytes:
     """The PredictResponse JSON, straight from the arrays (orjson writes float32 as float32). A model
     whose images hold several objects also gets them, with their drawings (draw_objects) and overlay."""
     lengths, classes, objects = outputs[contract.LENGTHS], engine.spec.classes, engine.spec.objects
     order = ranked(lengths)
     first, second = int(order[0]), int(order[objects])
-    body: dict = {"prediction": first, "label": classes[first], "probabilities": lengths,
-                  "runner_up": {"digit": second, "label": classes[second], "length": lengths[second]},
-                  "warnings": prepared.warnings + doubts(lengths, order, classes, objects)}
+    body: dict = {
+        "prediction": first,
+        "label": classes[first],
+        "probabilities": lengths,
+        "runner_up": {"digit": second, "label": classes[second], "length": lengths[second]},
+        "warnings": prepared.warnings + doubts(lengths, order, classes, objects),
+    }
     if objects > 1:
         body["objects"] = [{"digit": int(j), "label": classes[j], "length": lengths[j]} for j in order[:objects]]
         if drawings is not None:
-            for item, drawing in zip(body["objects"], drawings):
+            for item, drawing in zip(body["objects"], drawings, strict=True):
                 item["reconstruction"] = image_field(drawing)
             body["overlay"] = imaging.png_data_url(imaging.overlay(prepared.image, drawings))
     if "capsules" in include:
@@ -149,28 +188,49 @@ def render(outputs: Outputs, prepared: imaging.Prepared, include: set[str], engi
         body["reconstruction"] = image_field(outputs[contract.RECONSTRUCTION])
     if "routing" in include:
         routing = outputs[contract.ROUTING]
-        body["routing"] = {"coefficients": routing,
-                           "maps": engine.routing_maps(routing, outputs[contract.VOTE_LENGTHS])}
+        body["routing"] = {
+            "coefficients": routing,
+            "maps": engine.routing_maps(routing, outputs[contract.VOTE_LENGTHS]),
+        }
     body["input"] = imaging.png_data_url(prepared.image)
-    body["model"] = {"name": engine.name, "version": engine.version, "provider": engine.providers[0],
-                     "precision": engine.precision}
+    body["model"] = {
+        "name": engine.name,
+        "version": engine.version,
+        "provider": engine.providers[0],
+        "precision": engine.precision,
+    }
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-@router.post("/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=REQUEST_BODY,
-             summary="Classify one image: a digit, two overlapping digits or a garment (?model=)")
+@router.post(
+    "/predict",
+    response_model=PredictResponse,
+    responses=ERRORS,
+    openapi_extra=REQUEST_BODY,
+    summary="Classify one image: a digit, two overlapping digits or a garment (?model=)",
+)
 async def predict(
-    request: Request, engine: EngineDep, settings: SettingsDep,
-    include: Annotated[str | None, Query(
-        description="comma list of capsules, reconstruction, routing to return (default: all; empty: none)",
-        examples=["capsules,reconstruction,routing"])] = None,
-    preprocess: Annotated[Preprocess, Query(
-        description="auto (or its earlier name, mnist): the preprocessing the model's card names (GET /models: "
-                    "digit finds the paper and the ink in photos, scans and canvases, keeps the digit's parts, "
-                    "brings its stroke into MNIST's range, fits its ink box and centres its mass; digit-pair does "
-                    "the same for two overlapping digits; garment trims the background, fits the frame and "
-                    "negates). none: the image is already the model's input (28x28 or its size), white on "
-                    "black")] = "auto",
+    request: Request,
+    engine: EngineDep,
+    settings: SettingsDep,
+    include: Annotated[
+        str | None,
+        Query(
+            description="comma list of capsules, reconstruction, routing to return (default: all; empty: none)",
+            examples=["capsules,reconstruction,routing"],
+        ),
+    ] = None,
+    preprocess: Annotated[
+        Preprocess,
+        Query(
+            description="auto (or its earlier name, mnist): the preprocessing the model's card names (GET /models: "
+            "digit finds the paper and the ink in photos, scans and canvases, keeps the digit's parts, "
+            "brings its stroke into MNIST's range, fits its ink box and centres its mass; digit-pair does "
+            "the same for two overlapping digits; garment trims the background, fits the frame and "
+            "negates). none: the image is already the model's input (28x28 or its size), white on "
+            "black"
+        ),
+    ] = "auto",
 ) -> Response:
     """Post an image as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
     `{"image": "<base64 or data URL>"}`. Concurrent requests share one batch on the model."""

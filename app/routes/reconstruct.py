@@ -1,5 +1,6 @@
 """POST /reconstruct: class capsules in, the decoder's drawings out (the paper's Fig. 4 perturbations);
 ?model=NAME picks whose decoder (the default model without it)."""
+
 from typing import Annotated
 
 import numpy as np
@@ -16,22 +17,38 @@ router = APIRouter(tags=["model"])
 
 def render(images: np.ndarray, parts: set[str]) -> bytes:
     """The drawings as JSON: pixels and/or PNG data URLs (PNGs cost ~0.2 ms each: a Fig. 4 grid's 176, 37 ms)."""
-    items = [{**({"image": image} if "image" in parts else {}),
-              **({"png": imaging.png_data_url(image)} if "png" in parts else {})} for image in images]
+    items = [
+        {
+            **({"image": image} if "image" in parts else {}),
+            **({"png": imaging.png_data_url(image)} if "png" in parts else {}),
+        }
+        for image in images
+    ]
     return orjson.dumps({"items": items}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-@router.post("/reconstruct", response_model=ReconstructResponse, summary="Draw class capsules with a model's decoder",
-             responses={400: {"model": ErrorMessage, "description": "the body is not UTF-8 text"},
-                        404: {"model": ErrorMessage, "description": "no such model"},
-                        422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"},
-                        503: {"model": ErrorMessage, "description": "the model is not ready, or too many "
-                                                                    "requests are waiting"}})
+@router.post(
+    "/reconstruct",
+    response_model=ReconstructResponse,
+    summary="Draw class capsules with a model's decoder",
+    responses={
+        400: {"model": ErrorMessage, "description": "the body is not UTF-8 text"},
+        404: {"model": ErrorMessage, "description": "no such model"},
+        422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"},
+        503: {"model": ErrorMessage, "description": "the model is not ready, or too many requests are waiting"},
+    },
+)
 async def reconstruct(
-    body: ReconstructRequest, engine: EngineDep, settings: SettingsDep,
-    include: Annotated[str | None, Query(
-        description="comma list of image (pixels), png (a PNG data URL) to return per drawing (default: both)",
-        examples=["image"])] = None,
+    body: ReconstructRequest,
+    engine: EngineDep,
+    settings: SettingsDep,
+    include: Annotated[
+        str | None,
+        Query(
+            description="comma list of image (pixels), png (a PNG data URL) to return per drawing (default: both)",
+            examples=["image"],
+        ),
+    ] = None,
 ) -> Response:
     """`{"digit": 3, "capsule": [16 numbers]}` or `{"items": [...]}` (at most max_reconstruct_batch, 256 by
     default). The decoder sees the 10 class capsules with all but `digit` (the class index) set to zero
@@ -39,8 +56,9 @@ async def reconstruct(
     parts = parse_include(include, DRAWING_OPTIONS)
     items = body.as_items()
     if len(items) > settings.max_reconstruct_batch:
-        raise HTTPException(422, f"items holds {len(items)} capsules; the limit is {settings.max_reconstruct_batch} "
-                                 "per request")
+        raise HTTPException(
+            422, f"items holds {len(items)} capsules; the limit is {settings.max_reconstruct_batch} per request"
+        )
     digits = np.array([item.digit for item in items])
     capsules = np.array([item.capsule for item in items], np.float32)
     images = await engine.reconstruct(digits, capsules)

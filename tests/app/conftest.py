@@ -1,5 +1,6 @@
 """App fixtures: the session's one app (tests/conftest.py: every shipped model on the CPU, its lifespan run
 once by the test server), an in-process client of it, and image helpers."""
+
 import json
 
 import numpy as np

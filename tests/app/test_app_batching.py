@@ -1,4 +1,5 @@
 """Dynamic batching: the batcher alone (a fake model), then 32 concurrent requests through the app."""
+
 import asyncio
 import threading
 
@@ -49,7 +50,7 @@ def test_queued_jobs_run_together_and_get_their_own_outputs():
     _, outs = asyncio.run(submit_while_blocked(b, model, xs))
     b.close()
     assert model.sizes == [1, 7]
-    for x, (doubled, summed) in zip(xs, outs):
+    for x, (doubled, summed) in zip(xs, outs, strict=True):
         np.testing.assert_array_equal(doubled, x * 2)
         np.testing.assert_array_equal(summed, x.sum(axis=1))
 
@@ -120,9 +121,12 @@ def test_a_failing_batch_fails_its_requests_only():
 
 def batch_counts(client) -> tuple[float, float]:
     """(batches run, batches of more than one image) of the capsnet model, from GET /metrics."""
-    samples = {(s.name, s.labels.get("le")): s.value
-               for family in text_string_to_metric_families(client.get("/metrics").text)
-               for s in family.samples if s.labels.get("model") == "mnist"}
+    samples = {
+        (s.name, s.labels.get("le")): s.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+        if s.labels.get("model") == "mnist"
+    }
     total = samples[("capsnet_batch_size_count", None)]
     return total, total - samples[("capsnet_batch_size_bucket", "1.0")]
 
@@ -130,21 +134,23 @@ def batch_counts(client) -> tuple[float, float]:
 def test_32_concurrent_requests_share_batches(app, client, digits):
     """Through the real app (ASGI, one event loop): batches > 1 show up in /metrics, answers unchanged."""
     images = [digits[0][i % 20] for i in range(32)]
-    alone = [client.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}).json()
-             for x in images[:4]]
+    alone = [
+        client.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}).json() for x in images[:4]
+    ]
     before_total, before_multi = batch_counts(client)
 
     async def burst():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:
-            return await asyncio.gather(*[
-                ac.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}) for x in images])
+            return await asyncio.gather(
+                *[ac.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}) for x in images]
+            )
 
     responses = asyncio.run(burst())
     assert all(r.status_code == 200 for r in responses)
     total, multi = batch_counts(client)
     assert multi - before_multi >= 1, "no batch larger than 1"
     assert total - before_total < 32, "every request ran alone"
-    for r, single in zip(responses, alone):  # batching does not change the answers
+    for r, single in zip(responses, alone, strict=True):  # batching does not change the answers
         np.testing.assert_allclose(r.json()["probabilities"], single["probabilities"], atol=1e-5)
 
 
@@ -157,13 +163,14 @@ def test_metrics_expose_inference_time_and_http(client):
 def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits, monkeypatch):
     """Through the real app: one request running (held in the model), one waiting, the next is refused
     with 503, Retry-After and a sentence; the held ones then get their answers."""
-    batcher = app.state.engines['mnist']._capsnet_batcher
+    batcher = app.state.engines["mnist"]._capsnet_batcher
     running, release, run = threading.Event(), threading.Event(), batcher.run_batch
 
     def held(x):
         running.set()
         release.wait(10)
         return run(x)
+
     monkeypatch.setattr(batcher, "run_batch", held)
     monkeypatch.setattr(batcher, "max_queue", 1)
     body = {"files": {"file": ("d.png", encode(digits[0][0]))}, "params": {"include": ""}}
@@ -194,7 +201,7 @@ def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits
 def test_a_request_past_its_deadline_answers_504_over_http(app, client, digits, monkeypatch):
     """A request that waits for the model longer than request_deadline_s gets 504 and a sentence, and
     a request still queued then is dropped, not run."""
-    batcher = app.state.engines['mnist']._capsnet_batcher
+    batcher = app.state.engines["mnist"]._capsnet_batcher
     running, release, run, ran = threading.Event(), threading.Event(), batcher.run_batch, []
 
     def held(x):
@@ -202,6 +209,7 @@ def test_a_request_past_its_deadline_answers_504_over_http(app, client, digits, 
         release.wait(10)
         ran.append(len(x))
         return run(x)
+
     monkeypatch.setattr(batcher, "run_batch", held)
     monkeypatch.setattr(batcher, "deadline", 0.3)
     body = {"files": {"file": ("d.png", encode(digits[0][0]))}, "params": {"include": ""}}

@@ -1,4 +1,5 @@
 """Hostile inputs: every one is a 4xx with a sentence in {"detail": ...}, and the server lives on."""
+
 import base64
 import json
 import struct
@@ -22,6 +23,7 @@ NOISE = encode(np.random.default_rng(0).integers(0, 256, (170, 127), dtype=np.ui
 
 def png_bomb(width: int, height: int) -> bytes:
     """A valid 1-bit black PNG of width x height: megapixels of zeros compress to a small file."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
@@ -48,7 +50,7 @@ class Chunked:
 
     def __iter__(self):
         for i in range(0, len(self.data), self.size):
-            yield self.data[i:i + self.size]
+            yield self.data[i : i + self.size]
 
 
 def tiff() -> bytes:
@@ -65,8 +67,13 @@ CASES = [
     ("no file field", "POST", "/predict", {"files": {"image": ("d.png", PNG, "image/png")}}, {}),
     ("file as a text field", "POST", "/predict", {"data": {"file": "hello"}, "files": {"other": ("x", b"x")}}, {}),
     ("two files", "POST", "/predict", {"files": [("file", ("a.png", PNG)), ("file", ("b.png", PNG))]}, {}),
-    ("multipart without boundary", "POST", "/predict",
-     {"content": b"--x\r\n", "headers": {"content-type": "multipart/form-data"}}, {}),
+    (
+        "multipart without boundary",
+        "POST",
+        "/predict",
+        {"content": b"--x\r\n", "headers": {"content-type": "multipart/form-data"}},
+        {},
+    ),
     ("text file", "POST", "/predict", upload(b"hello, I am not an image", "a.txt", "text/plain"), {}),
     ("empty file", "POST", "/predict", upload(b""), {}),
     ("truncated PNG", "POST", "/predict", upload(PNG[: len(PNG) // 2]), {}),
@@ -79,8 +86,13 @@ CASES = [
     ("decompression bomb over Pillow's limit", "POST", "/predict", upload(png_bomb(15000, 15000)), {}),
     ("36 megapixels of nothing", "POST", "/predict", upload(png_bomb(6000, 6000)), {}),
     ("20 MB body", "POST", "/predict", upload(b"\x00" * (20 * MB)), {}),
-    ("20 MB chunked body", "POST", "/predict",
-     {"content": Chunked(b"\x00" * (20 * MB)), "headers": {"content-type": "application/json"}}, {}),
+    (
+        "20 MB chunked body",
+        "POST",
+        "/predict",
+        {"content": Chunked(b"\x00" * (20 * MB)), "headers": {"content-type": "application/json"}},
+        {},
+    ),
     ("blank white canvas", "POST", "/predict", upload(bigger()), {}),
     ("uniform noise as a digit", "POST", "/predict", upload(NOISE), {}),
     ("uniform noise as a garment", "POST", "/predict", upload(NOISE), {"model": "fashion-mnist"}),
@@ -103,18 +115,28 @@ CASES = [
     ("base64 of text", "POST", "/predict", {"json": {"image": base64.b64encode(b"plain text").decode()}}, {}),
     ("GET /predict", "GET", "/predict", {}, {}),
     ("capsule of 15", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE[:15]}}, {}),
-    ("capsule of 17", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE + [0.0]}}, {}),
+    ("capsule of 17", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": [*CAPSULE, 0.0]}}, {}),
     ("NaN in capsule", "POST", "/reconstruct", json_body('{"digit": 1, "capsule": [NaN' + ", 0.1" * 15 + "]}"), {}),
-    ("Infinity in capsule", "POST", "/reconstruct",
-     json_body('{"digit": 1, "capsule": [Infinity' + ", 0.1" * 15 + "]}"), {}),
-    ("huge value in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": [1e300] + CAPSULE[1:]}}, {}),
-    ("string in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": ["a"] + CAPSULE[1:]}}, {}),
+    (
+        "Infinity in capsule",
+        "POST",
+        "/reconstruct",
+        json_body('{"digit": 1, "capsule": [Infinity' + ", 0.1" * 15 + "]}"),
+        {},
+    ),
+    ("huge value in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": [1e300, *CAPSULE[1:]]}}, {}),
+    ("string in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": ["a", *CAPSULE[1:]]}}, {}),
     ("digit 10", "POST", "/reconstruct", {"json": {"digit": 10, "capsule": CAPSULE}}, {}),
     ("digit -1", "POST", "/reconstruct", {"json": {"digit": -1, "capsule": CAPSULE}}, {}),
     ("digit 2.5", "POST", "/reconstruct", {"json": {"digit": 2.5, "capsule": CAPSULE}}, {}),
     ("no capsule", "POST", "/reconstruct", {"json": {"digit": 3}}, {}),
-    ("both forms", "POST", "/reconstruct",
-     {"json": {"digit": 3, "capsule": CAPSULE, "items": [{"digit": 3, "capsule": CAPSULE}]}}, {}),
+    (
+        "both forms",
+        "POST",
+        "/reconstruct",
+        {"json": {"digit": 3, "capsule": CAPSULE, "items": [{"digit": 3, "capsule": CAPSULE}]}},
+        {},
+    ),
     ("empty items", "POST", "/reconstruct", {"json": {"items": []}}, {}),
     ("batch of 257", "POST", "/reconstruct", {"json": {"items": [{"digit": 1, "capsule": CAPSULE}] * 257}}, {}),
     ("reconstruct multipart", "POST", "/reconstruct", upload(PNG), {}),
@@ -127,26 +149,51 @@ CASES = [
     ("v2 infer on no model", "POST", "/v2/models/{name}/infer", {"json": {"inputs": []}}, {}),
     ("v2 infer on a version not served", "POST", "/v2/models/{name}/versions/{version}/infer", {"json": {}}, {}),
     ("v2 infer not JSON", "POST", "/v2/models/mnist/infer", {"content": b"\x89PNG"}, {}),
-    ("v2 infer NaN", "POST", "/v2/models/mnist/infer",
-     json_body('{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": [%s]}]}'
-               % ", ".join(["NaN"] * 784)), {}),
-    ("v2 infer wrong rank", "POST", "/v2/models/mnist/infer",
-     {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [784], "data": [0] * 784}]}}, {}),
-    ("v2 infer 28x28 into the 36x36 model", "POST", "/v2/models/multimnist/infer",
-     {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": [0] * 784}]}}, {}),
+    (
+        "v2 infer NaN",
+        "POST",
+        "/v2/models/mnist/infer",
+        json_body(
+            '{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": ['
+            + ", ".join(["NaN"] * 784)
+            + "]}]}"
+        ),
+        {},
+    ),
+    (
+        "v2 infer wrong rank",
+        "POST",
+        "/v2/models/mnist/infer",
+        {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [784], "data": [0] * 784}]}},
+        {},
+    ),
+    (
+        "v2 infer 28x28 into the 36x36 model",
+        "POST",
+        "/v2/models/multimnist/infer",
+        {"json": {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": [0] * 784}]}},
+        {},
+    ),
     # ?model=: several models in one process
     ("predict on no model", "POST", "/predict", upload(PNG), {"model": "imagenet"}),
     ("predict on a path as model", "POST", "/predict", upload(PNG), {"model": "../model"}),
     ("predict on a huge model name", "POST", "/predict", upload(PNG), {"model": "m" * 10_000}),
-    ("a 28x28 digit taken as is by the 36x36 model", "POST", "/predict", upload(PNG),
-     {"model": "multimnist", "preprocess": "none"}),
+    (
+        "a 28x28 digit taken as is by the 36x36 model",
+        "POST",
+        "/predict",
+        upload(PNG),
+        {"model": "multimnist", "preprocess": "none"},
+    ),
     ("a blank canvas to the two-digit model", "POST", "/predict", upload(bigger()), {"model": "multimnist"}),
     ("a blank canvas to the garment model", "POST", "/predict", upload(bigger()), {"model": "fashion-mnist"}),
     ("reconstruct on no model", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE}}, {"model": "x"}),
     ("model card of no model", "GET", "/model", {}, {"model": "nope"}),
 ] + [  # every graph's infer is its own operation in the OpenAPI document (the app serves every shipped model)
     (f"v2 infer {graph} without a body", "POST", f"/v2/models/{graph}/infer", {}, {})
-    for name in contract.SHIPPED for graph in (name, f"{name}_decoder")]
+    for name in contract.SHIPPED
+    for graph in (name, f"{name}_decoder")
+]
 
 
 def test_every_route_that_takes_input_is_attacked(app, client):
@@ -154,8 +201,12 @@ def test_every_route_that_takes_input_is_attacked(app, client):
     models are loaded, so the document has its infer operations)."""
     attacked = {(method.lower(), path) for _, method, path, _, _ in CASES}
     schema = app.openapi()["paths"]
-    takes_input = {(method, path) for path, ops in schema.items() for method, op in ops.items()
-                   if "requestBody" in op or op.get("parameters")}
+    takes_input = {
+        (method, path)
+        for path, ops in schema.items()
+        for method, op in ops.items()
+        if "requestBody" in op or op.get("parameters")
+    }
     assert takes_input and takes_input <= attacked, f"no hostile case for {sorted(takes_input - attacked)}"
 
 
@@ -172,6 +223,7 @@ def test_statuses_say_what_kind_of_mistake(client):
     def status(case_name):
         _, method, path, kwargs, params = next(case for case in CASES if case[0] == case_name)
         return client.request(method, path, params=params, **kwargs).status_code
+
     assert status("20 MB body") == status("20 MB chunked body") == 413
     assert status("decompression bomb over our limit") == status("decompression bomb over Pillow's limit") == 413
     assert status("text/plain body") == 415
@@ -183,13 +235,17 @@ def test_statuses_say_what_kind_of_mistake(client):
 def test_the_server_answers_as_before_after_the_corpus(client):
     """The whole corpus in a row: every request refused, and then the server answers a good digit exactly
     as it did before (nothing a hostile request did stayed behind in the engine or its batcher)."""
+
     def good() -> dict:
-        return client.post("/predict", params={"include": "capsules"}, files={"file": ("d.png", PNG, "image/png")}).json()
+        return client.post(
+            "/predict", params={"include": "capsules"}, files={"file": ("d.png", PNG, "image/png")}
+        ).json()
 
     before = good()
-    refused = [client.request(method, path, params=params, **kwargs).status_code for _, method, path, kwargs, params
-               in CASES]
-    assert all(400 <= status < 500 for status in refused), dict(zip((case[0] for case in CASES), refused))
+    refused = [
+        client.request(method, path, params=params, **kwargs).status_code for _, method, path, kwargs, params in CASES
+    ]
+    assert all(400 <= status < 500 for status in refused), dict(zip((case[0] for case in CASES), refused, strict=True))
     assert client.get("/health").status_code == 200
     after = good()
     assert after["prediction"] == before["prediction"]

@@ -1,4 +1,5 @@
 """app/imaging/: safe decoding of every supported format and mode, and MNIST-style normalisation."""
+
 import base64
 
 import numpy as np
@@ -10,8 +11,8 @@ from app.imaging import ImageError
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
-from model import contract
 from benchmarks.harness import encode
+from model import contract
 
 MAX_PIXELS = 40_000_000
 
@@ -29,18 +30,18 @@ def load(data: bytes, mode: str = "digit") -> np.ndarray:
 def drawn_in_corner(reference: np.ndarray, canvas: int = 280, height: int = 70, at=(12, 20)) -> np.ndarray:
     """The reference digit's ink redrawn `height` pixels tall in the top-left corner of a big canvas."""
     rows, cols = np.flatnonzero(reference.any(1)), np.flatnonzero(reference.any(0))
-    crop = reference[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    crop = reference[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     width = round(crop.shape[1] * height / crop.shape[0])
     big = np.asarray(Image.fromarray(crop).resize((width, height), Image.Resampling.BICUBIC)).clip(0, 1)
     ink = np.zeros((canvas, canvas), np.float32)
-    ink[at[0]:at[0] + height, at[1]:at[1] + width] = big
+    ink[at[0] : at[0] + height, at[1] : at[1] + width] = big
     return ink
 
 
 def canvases(ink: np.ndarray) -> dict[str, bytes]:
     """One drawing, four ways a client may send it."""
     u8 = np.round(ink * 255).astype(np.uint8)
-    rgba = np.zeros(ink.shape + (4,), np.uint8)
+    rgba = np.zeros((*ink.shape, 4), np.uint8)
     rgba[..., 3] = u8  # black strokes on a transparent layer (the demo's drawing pad)
     dark_theme = np.round(0.2 * 255 + ink * (255 - 0.2 * 255)).astype(np.uint8)  # white on #333333
     return {
@@ -66,7 +67,7 @@ def test_small_digit_in_a_corner_normalises_like_mnist(seven):
     outs = {name: load(data) for name, data in canvases(drawn_in_corner(seven)).items()}
     for name, out in outs.items():
         assert out.shape == (28, 28) and out.dtype == np.float32, name
-        assert 0.0 <= out.min() and out.max() == pytest.approx(1.0), name
+        assert out.min() >= 0.0 and out.max() == pytest.approx(1.0), name
         cy, cx = centre_of_mass(out)
         assert abs(cy - 14) <= 0.5 and abs(cx - 14) <= 0.5, (name, cy, cx)
         rows, cols = np.flatnonzero(out.any(1)), np.flatnonzero(out.any(0))
@@ -144,12 +145,15 @@ def test_an_unknown_preprocessing_is_refused_in_words():
         imaging.preprocess(Image.new("L", (28, 28)), "letter")
 
 
-@pytest.mark.parametrize("image", [
-    Image.new("L", (280, 280), 255),
-    Image.new("RGB", (100, 60), (51, 51, 51)),
-    Image.new("RGBA", (280, 280), (0, 0, 0, 0)),
-    Image.new("RGBA", (280, 280), (255, 255, 255, 255)),
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        Image.new("L", (280, 280), 255),
+        Image.new("RGB", (100, 60), (51, 51, 51)),
+        Image.new("RGBA", (280, 280), (0, 0, 0, 0)),
+        Image.new("RGBA", (280, 280), (255, 255, 255, 255)),
+    ],
+)
 def test_empty_canvas_has_no_ink(image):
     with pytest.raises(ImageError, match="no ink") as info:
         load(encode(image))
@@ -206,7 +210,7 @@ def test_specks_far_from_the_digit_are_dropped(seven):
     ink = drawn_in_corner(seven, canvas=400, height=150, at=(120, 150))
     dusty = ink.copy()
     for y, x in [(10, 10), (380, 30), (20, 370), (390, 390)]:
-        dusty[y:y + 4, x:x + 4] = 1.0
+        dusty[y : y + 4, x : x + 4] = 1.0
     clean = imaging.preprocess(imaging.decode(encode(np.round(ink * 255).astype(np.uint8)), MAX_PIXELS), "digit")
     speckled = imaging.preprocess(imaging.decode(encode(np.round(dusty * 255).astype(np.uint8)), MAX_PIXELS), "digit")
     np.testing.assert_allclose(speckled.image, clean.image, atol=1e-6)
@@ -231,6 +235,7 @@ def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
     """A marker's stroke (beyond MNIST's 99th percentile, 0.25 of the side) comes out near MNIST's
     median: the 28x28 input has clearly less ink than the marker fitted as it is."""
     from scipy import ndimage
+
     big = drawn_in_corner(seven, canvas=400, height=300, at=(50, 80))
     marker = ndimage.distance_transform_edt(big < 0.5) <= 40  # strokes grow by 40 px each side
     ink, side = digit_ink(*_located(marker.astype(np.float32)))
@@ -258,7 +263,7 @@ def _located(ink: np.ndarray) -> tuple:
 def square(reference: np.ndarray) -> np.ndarray:
     """The reference digit cropped to its ink and padded to a square: it touches two borders."""
     rows, cols = np.flatnonzero(reference.any(1)), np.flatnonzero(reference.any(0))
-    crop = reference[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    crop = reference[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     h, w = crop.shape
     n = max(h, w)
     return np.pad(crop, (((n - h) // 2, (n - h + 1) // 2), ((n - w) // 2, (n - w + 1) // 2)))
@@ -280,13 +285,14 @@ def low_resolution(reference: np.ndarray, method=Image.Resampling.BICUBIC) -> np
 def blurred(reference: np.ndarray) -> np.ndarray:
     """The digit filling a 112 px square, out of focus (Gaussian, sigma 5 px)."""
     from scipy import ndimage
+
     return ndimage.gaussian_filter(upscaled(square(reference), 112), 5)
 
 
 def tight(reference: np.ndarray) -> np.ndarray:
     """The digit at 112 px cropped to its ink: it touches all four borders."""
     rows, cols = np.flatnonzero(reference.any(1)), np.flatnonzero(reference.any(0))
-    return upscaled(reference[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1], 112)
+    return upscaled(reference[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1], 112)
 
 
 def read_all(client, digits, make, dark_ink: bool, method=None) -> list[int]:
@@ -295,8 +301,9 @@ def read_all(client, digits, make, dark_ink: bool, method=None) -> list[int]:
     for image in digits[0]:
         ink = make(image.astype(np.float32) / 255, *([method] if method else []))
         u8 = np.round(ink * 255).astype(np.uint8)
-        r = client.post("/predict", params={"include": ""},
-                        files={"file": ("digit.png", encode(255 - u8 if dark_ink else u8))})
+        r = client.post(
+            "/predict", params={"include": ""}, files={"file": ("digit.png", encode(255 - u8 if dark_ink else u8))}
+        )
         answers.append(r.json()["prediction"] if r.status_code == 200 else -1)
     return answers
 
@@ -308,7 +315,7 @@ def test_8x8_digits_upscaled_are_found_and_read(client, digits, method, dark_ink
     the rest refused as blank paper (or a 500)."""
     answers = read_all(client, digits, low_resolution, dark_ink, method)
     assert -1 not in answers
-    assert sum(a == y for a, y in zip(answers, digits[1])) >= 19, answers
+    assert sum(a == y for a, y in zip(answers, digits[1], strict=True)) >= 19, answers
 
 
 @pytest.mark.parametrize("make", [blurred, tight])
@@ -317,7 +324,7 @@ def test_blurred_digits_and_tight_crops_are_read(client, digits, make, dark_ink)
     """Blurred: 11 of 20 read before issue 22; cropped tight: 17 of 20."""
     answers = read_all(client, digits, make, dark_ink)
     assert -1 not in answers
-    assert sum(a == y for a, y in zip(answers, digits[1])) >= 19, answers
+    assert sum(a == y for a, y in zip(answers, digits[1], strict=True)) >= 19, answers
 
 
 def test_the_paper_under_a_soft_digit_is_flat(seven):
@@ -366,4 +373,4 @@ def test_a_solid_block_wider_than_any_stroke_is_fitted_as_it_is(kind, size, box)
     x = imaging.preprocess(imaging.decode(encode(block), 10**7), kind, size, box).image
     rows, cols = np.flatnonzero(x.max(1) > 0.5), np.flatnonzero(x.max(0) > 0.5)
     assert len(rows) == len(cols) == box and abs(rows.mean() - size / 2) <= 1 and abs(cols.mean() - size / 2) <= 1
-    assert x[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].min() > 0.5  # filled, not an outline
+    assert x[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1].min() > 0.5  # filled, not an outline

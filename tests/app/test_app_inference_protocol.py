@@ -1,5 +1,6 @@
 """The Open Inference Protocol (KServe v2) routes, driven by NVIDIA's own tritonclient over real HTTP,
 and their errors for what a client can get wrong."""
+
 import json
 
 import numpy as np
@@ -25,7 +26,9 @@ def tc(api_url) -> triton.InferenceServerClient:
 @pytest.fixture(scope="module")
 def session() -> ort.InferenceSession:
     """The graph the server must run: on the CPU, the shipped MNIST model's int8 graph (its card ships it)."""
-    return ort.InferenceSession(str(contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        str(contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX), providers=["CPUExecutionProvider"]
+    )
 
 
 def images(mnist_fixture, n: int) -> np.ndarray:
@@ -76,8 +79,9 @@ def test_infer_without_outputs_returns_every_output(tc, mnist_fixture):
 
 def test_decoder_draws_the_masked_capsule(tc, session, mnist_fixture):
     x = images(mnist_fixture, 2)
-    lengths, capsules, recon = session.run([contract.LENGTHS, contract.CAPSULES, contract.RECONSTRUCTION],
-                                           {contract.IMAGE: x})
+    lengths, capsules, recon = session.run(
+        [contract.LENGTHS, contract.CAPSULES, contract.RECONSTRUCTION], {contract.IMAGE: x}
+    )
     masked = np.zeros_like(capsules)
     rows = np.arange(2)
     masked[rows, lengths.argmax(1)] = capsules[rows, lengths.argmax(1)]
@@ -111,38 +115,65 @@ def binary_request(request: dict, tensor: bytes) -> tuple[bytes, dict]:
     return header + tensor, {**BINARY, HEADER_LENGTH: str(len(header))}
 
 
-@pytest.mark.parametrize("body, headers, message", [
-    (b"", {}, "the request has no body"),
-    (b"not json", {}, "not valid JSON"),
-    (b"[1, 2]", {}, "JSON object"),
-    (json.dumps({"inputs": []}).encode(), {}, "one tensor"),
-    (json.dumps({"inputs": [{**IMAGE, "datatype": "INT8", "data": []}]}).encode(), {}, "must be FP32"),
-    (json.dumps({"inputs": [{**IMAGE, "data": [1, 2]}]}).encode(), {}, "has 2 values"),
-    (json.dumps({"inputs": [{**IMAGE, "shape": [5000, 1, 28, 28], "data": []}]}).encode(), {}, "1 to 1024 rows"),
-    (json.dumps({"inputs": [{**IMAGE, "data": ["x"] * 784}]}).encode(), {}, "list of numbers"),
-    (json.dumps({"inputs": [{**IMAGE, "data": [2.0] * 784}]}).encode(), JSON,
-     "values from 2 to 2; the model takes 0 to 1"),
-    (json.dumps({"inputs": [{**IMAGE, "data": [0] * 784}], "outputs": [{"name": "logits"}]}).encode(), {},
-     "unknown output"),
-    (json.dumps({"id": 7, "inputs": [{**IMAGE, "data": [0] * 784}]}).encode(), JSON, "`id` must be a string"),
-    (json.dumps({"inputs": [{**IMAGE, "data": [0] * 784}], "parameters": {"binary_data_output": "yes"}}).encode(),
-     JSON, "parameters.binary_data_output of the request must be true or false, got 'yes'"),
-    (json.dumps({"inputs": [{**IMAGE, "data": [0] * 784, "parameters": [1]}]}).encode(), JSON,
-     "the `parameters` of input image must be a JSON object"),
-    (b"{}", {HEADER_LENGTH: "9999"}, "says the JSON request is 9999 bytes, but the whole body is 2"),
-    (b"{}", {HEADER_LENGTH: "0"}, "is 0, but the body must start with the JSON request"),
-    (b"{}", {HEADER_LENGTH: "two"}, "must be the JSON request's length in bytes, got 'two'"),
-    (*binary_request({"inputs": [{**IMAGE, "parameters": {"binary_data_size": 3136}}]}, b"\0" * 100),
-     "binary_data_size is 3136, but 100 bytes follow the JSON request"),
-    (*binary_request({"inputs": [{**IMAGE, "parameters": {"binary_data_size": 100}}]}, b"\0" * 100),
-     "binary_data_size is 100, but shape [1, 1, 28, 28] holds 784 FP32 values, 3136 bytes"),
-    (*binary_request({"inputs": [{**IMAGE, "data": [0] * 784}]}, b"\0" * 8),
-     "8 bytes follow the JSON request, but input image has no parameters.binary_data_size"),
-    (json.dumps({"inputs": [{**IMAGE, "parameters": {"binary_data_size": 3136}}]}).encode() + b"\0" * 3136,
-     {**JSON, HEADER_LENGTH: "90"}, "not valid JSON"),  # application/json: the header is not read
-])
+@pytest.mark.parametrize(
+    "body, headers, message",
+    [
+        (b"", {}, "the request has no body"),
+        (b"not json", {}, "not valid JSON"),
+        (b"[1, 2]", {}, "JSON object"),
+        (json.dumps({"inputs": []}).encode(), {}, "one tensor"),
+        (json.dumps({"inputs": [{**IMAGE, "datatype": "INT8", "data": []}]}).encode(), {}, "must be FP32"),
+        (json.dumps({"inputs": [{**IMAGE, "data": [1, 2]}]}).encode(), {}, "has 2 values"),
+        (json.dumps({"inputs": [{**IMAGE, "shape": [5000, 1, 28, 28], "data": []}]}).encode(), {}, "1 to 1024 rows"),
+        (json.dumps({"inputs": [{**IMAGE, "data": ["x"] * 784}]}).encode(), {}, "list of numbers"),
+        (
+            json.dumps({"inputs": [{**IMAGE, "data": [2.0] * 784}]}).encode(),
+            JSON,
+            "values from 2 to 2; the model takes 0 to 1",
+        ),
+        (
+            json.dumps({"inputs": [{**IMAGE, "data": [0] * 784}], "outputs": [{"name": "logits"}]}).encode(),
+            {},
+            "unknown output",
+        ),
+        (json.dumps({"id": 7, "inputs": [{**IMAGE, "data": [0] * 784}]}).encode(), JSON, "`id` must be a string"),
+        (
+            json.dumps(
+                {"inputs": [{**IMAGE, "data": [0] * 784}], "parameters": {"binary_data_output": "yes"}}
+            ).encode(),
+            JSON,
+            "parameters.binary_data_output of the request must be true or false, got 'yes'",
+        ),
+        (
+            json.dumps({"inputs": [{**IMAGE, "data": [0] * 784, "parameters": [1]}]}).encode(),
+            JSON,
+            "the `parameters` of input image must be a JSON object",
+        ),
+        (b"{}", {HEADER_LENGTH: "9999"}, "says the JSON request is 9999 bytes, but the whole body is 2"),
+        (b"{}", {HEADER_LENGTH: "0"}, "is 0, but the body must start with the JSON request"),
+        (b"{}", {HEADER_LENGTH: "two"}, "must be the JSON request's length in bytes, got 'two'"),
+        (
+            *binary_request({"inputs": [{**IMAGE, "parameters": {"binary_data_size": 3136}}]}, b"\0" * 100),
+            "binary_data_size is 3136, but 100 bytes follow the JSON request",
+        ),
+        (
+            *binary_request({"inputs": [{**IMAGE, "parameters": {"binary_data_size": 100}}]}, b"\0" * 100),
+            "binary_data_size is 100, but shape [1, 1, 28, 28] holds 784 FP32 values, 3136 bytes",
+        ),
+        (
+            *binary_request({"inputs": [{**IMAGE, "data": [0] * 784}]}, b"\0" * 8),
+            "8 bytes follow the JSON request, but input image has no parameters.binary_data_size",
+        ),
+        (
+            json.dumps({"inputs": [{**IMAGE, "parameters": {"binary_data_size": 3136}}]}).encode() + b"\0" * 3136,
+            {**JSON, HEADER_LENGTH: "90"},
+            "not valid JSON",
+        ),  # application/json: the header is not read
+    ],
+)
 def test_hostile_infer_bodies_are_400_with_what_was_wrong(api_url, body, headers, message):
     import httpx
+
     r = httpx.post(f"{api_url}/v2/models/{MODEL}/infer", content=body, headers=headers, timeout=30)
     assert r.status_code == 400 and message in r.json()["error"], r.text
 
@@ -150,13 +181,16 @@ def test_hostile_infer_bodies_are_400_with_what_was_wrong(api_url, body, headers
 def test_binary_data_output_makes_every_output_binary_unless_one_says_otherwise(api_url, session, mnist_fixture):
     """The extension's binary_data_output: every output as bytes, except one whose own binary_data is false."""
     import httpx
+
     x = images(mnist_fixture, 2)
-    body, headers = binary_request({"inputs": [{**IMAGE, "shape": [2, 1, 28, 28],
-                                                "parameters": {"binary_data_size": x.nbytes}}],
-                                    "parameters": {"binary_data_output": True},
-                                    "outputs": [{"name": contract.LENGTHS}, {"name": contract.CAPSULES,
-                                                                            "parameters": {"binary_data": False}}]},
-                                   x.astype("<f4").tobytes())
+    body, headers = binary_request(
+        {
+            "inputs": [{**IMAGE, "shape": [2, 1, 28, 28], "parameters": {"binary_data_size": x.nbytes}}],
+            "parameters": {"binary_data_output": True},
+            "outputs": [{"name": contract.LENGTHS}, {"name": contract.CAPSULES, "parameters": {"binary_data": False}}],
+        },
+        x.astype("<f4").tobytes(),
+    )
     r = httpx.post(f"{api_url}/v2/models/{MODEL}/infer", content=body, headers=headers, timeout=30)
     assert r.status_code == 200 and r.headers["content-type"] == "application/octet-stream"
     size = int(r.headers[HEADER_LENGTH])

@@ -1,4 +1,5 @@
 """Start-up: settings fail loudly, /ready is 503 until warm-up, app/ never loads torch."""
+
 import logging
 import subprocess
 import sys
@@ -32,11 +33,18 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
     engines["mnist"].warm_up()
     r = client.get("/ready")
     assert r.status_code == 503 and r.json()["detail"] == "not ready: multimnist: loaded, not warmed up"
-    assert {m["name"]: m["ready"] for m in client.get("/models").json()["models"]} == {"mnist": True, "multimnist": False}
+    assert {m["name"]: m["ready"] for m in client.get("/models").json()["models"]} == {
+        "mnist": True,
+        "multimnist": False,
+    }
     assert client.get("/model", params={"model": "multimnist"}).status_code == 503
     engines["multimnist"].warm_up()
-    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
-                                           "precision": engines["mnist"].precision, "models": ["mnist", "multimnist"]}
+    assert client.get("/ready").json() == {
+        "status": "ready",
+        "providers": ["CPUExecutionProvider"],
+        "precision": engines["mnist"].precision,
+        "models": ["mnist", "multimnist"],
+    }
 
 
 @pytest.mark.parametrize("explicit", [True, False])
@@ -60,10 +68,13 @@ def test_start_up_without_a_gpu_prints_no_error_line():
     """onnxruntime's CUDA loader used to print about ten red ERROR lines before falling back."""
     if engine_module.cuda_devices():
         pytest.skip("this host has a CUDA device")
-    code = ("import logging; logging.basicConfig(level='INFO'); from app.engine import Engines; "
-            "from app.settings import Settings; Engines(Settings(intra_op_threads=1))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=contract.SHIPPED["mnist"].parent)
+    code = (
+        "import logging; logging.basicConfig(level='INFO'); from app.engine import Engines; "
+        "from app.settings import Settings; Engines(Settings(intra_op_threads=1))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=contract.SHIPPED["mnist"].parent
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert "ERROR" not in output and "[E:" not in output and "Failed to load" not in output, output
@@ -90,14 +101,23 @@ def test_env_settings(monkeypatch):
     assert s.default_model == "multimnist"  # mnist is not served: the first one
 
 
-@pytest.mark.parametrize("bad, why", [
-    ({"providers": ["CUDAExecutionProvidr"]}, "unknown execution provider"), ({"providers": []}, "at least one"),
-    ({"max_batch": 0}, "greater than"), ({"max_wait_ms": -1}, "greater than"), ({"log_level": "loud"}, "log_level"),
-    ({"port": 0}, "greater than"), ({"models": ["mnist=/nonexistent"]}, "model mnist: /nonexistent has no"),
-    ({"models": ["nope"]}, "no shipped model is called 'nope'"), ({"models": []}, "at least one model"),
-    ({"models": ["mnist", "mnist"]}, "twice"), ({"models": ["mnist"], "default_model": "affine"}, "not among"),
-    ({"models": ["a/b=/tmp"]}, "must be letters"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ({"providers": ["CUDAExecutionProvidr"]}, "unknown execution provider"),
+        ({"providers": []}, "at least one"),
+        ({"max_batch": 0}, "greater than"),
+        ({"max_wait_ms": -1}, "greater than"),
+        ({"log_level": "loud"}, "log_level"),
+        ({"port": 0}, "greater than"),
+        ({"models": ["mnist=/nonexistent"]}, "model mnist: /nonexistent has no"),
+        ({"models": ["nope"]}, "no shipped model is called 'nope'"),
+        ({"models": []}, "at least one model"),
+        ({"models": ["mnist", "mnist"]}, "twice"),
+        ({"models": ["mnist"], "default_model": "affine"}, "not among"),
+        ({"models": ["a/b=/tmp"]}, "must be letters"),
+    ],
+)
 def test_bad_settings_fail_loudly(bad, why):
     with pytest.raises(ValidationError, match=why):
         Settings(**bad)
@@ -107,10 +127,14 @@ def test_cors_only_for_configured_origins(settings):
     allowed = "http://localhost:7860"
     client = TestClient(create_app(settings.model_copy(update={"cors_origins": [allowed]})))
     preflight = {"Access-Control-Request-Method": "POST"}
-    assert client.options("/predict", headers={"Origin": allowed, **preflight}).headers[
-        "access-control-allow-origin"] == allowed
-    assert "access-control-allow-origin" not in TestClient(create_app(settings)).get(
-        "/health", headers={"Origin": allowed}).headers
+    assert (
+        client.options("/predict", headers={"Origin": allowed, **preflight}).headers["access-control-allow-origin"]
+        == allowed
+    )
+    assert (
+        "access-control-allow-origin"
+        not in TestClient(create_app(settings)).get("/health", headers={"Origin": allowed}).headers
+    )
 
 
 def test_app_never_imports_torch():
@@ -118,16 +142,20 @@ def test_app_never_imports_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=contract.SHIPPED["mnist"].parent)
 
 
-@pytest.mark.parametrize("break_it, why", [
-    ("garbage", "INVALID_PROTOBUF"),  # capsnet.onnx is not an ONNX file: loading fails
-    ("graph", "capsnet's image is ['N', 1, 36, 36], the card says ['N', 1, 28, 28]"),  # a 36x36 graph, a 28x28 card
-    ("card", "has no `serving` section"),  # a card from before cards described their model
-])
+@pytest.mark.parametrize(
+    "break_it, why",
+    [
+        ("garbage", "INVALID_PROTOBUF"),  # capsnet.onnx is not an ONNX file: loading fails
+        ("graph", "capsnet's image is ['N', 1, 36, 36], the card says ['N', 1, 28, 28]"),  # a 36x36 graph, a 28x28 card
+        ("card", "has no `serving` section"),  # a card from before cards described their model
+    ],
+)
 def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_path, break_it, why):
     """python -m app exits non-zero and names the broken model in one line (a process that is alive
     but never ready is what an orchestrator cannot handle)."""
     import json
     import shutil
+
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
         shutil.copy(contract.SHIPPED["mnist"] / name, tmp_path / name)
     if break_it == "garbage":
@@ -138,10 +166,20 @@ def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_
         card = json.loads((tmp_path / contract.MODEL_CARD).read_text())
         del card[contract.SERVING]
         (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
-    env = {"CAPSNET_MODELS": f"mnist,broken={tmp_path}", "CAPSNET_PROVIDERS": "CPUExecutionProvider",
-           "CAPSNET_PORT": "1", "PATH": "/usr/bin:/bin"}  # never reached: it must stop before serving
-    proc = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True, timeout=120,
-                          cwd=contract.SHIPPED["mnist"].parent, env=env)
+    env = {
+        "CAPSNET_MODELS": f"mnist,broken={tmp_path}",
+        "CAPSNET_PROVIDERS": "CPUExecutionProvider",
+        "CAPSNET_PORT": "1",
+        "PATH": "/usr/bin:/bin",
+    }  # never reached: it must stop before serving
+    proc = subprocess.run(
+        [sys.executable, "-m", "app"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=contract.SHIPPED["mnist"].parent,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"cannot serve model broken ({tmp_path}): ") and why in last, proc.stderr
@@ -154,17 +192,21 @@ def test_precision_picks_the_graph_that_answers(settings, mnist_fixture, setting
     import onnxruntime as ort
 
     from training.export import sha256
+
     engine = mnist_engine(settings.model_copy(update={"precision": setting}))
     x = mnist_fixture[0][:8, None].astype(np.float32) / 255
     (want,) = ort.InferenceSession(str(contract.SHIPPED["mnist"] / graph), providers=["CPUExecutionProvider"]).run(
-        [contract.LENGTHS], {contract.IMAGE: x})
+        [contract.LENGTHS], {contract.IMAGE: x}
+    )
     (got,) = engine.capsnet.run([contract.LENGTHS], {contract.IMAGE: x})
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert engine.precision == setting and engine.version == sha256(contract.SHIPPED["mnist"] / graph)[:12]
 
 
-@pytest.mark.parametrize("on_cpu, shipped, present, want", [
-    (True, True, True, "int8"), (True, False, True, "fp32"), (False, True, True, "fp32"), (True, True, False, "fp32")])
+@pytest.mark.parametrize(
+    "on_cpu, shipped, present, want",
+    [(True, True, True, "int8"), (True, False, True, "fp32"), (False, True, True, "fp32"), (True, True, False, "fp32")],
+)
 def test_auto_precision_is_int8_only_on_a_cpu_where_the_card_ships_it(on_cpu, shipped, present, want):
     assert engine_module.choose_precision("auto", {"int8": {"shipped": shipped}}, on_cpu, present) == want
     assert engine_module.choose_precision("auto", {}, on_cpu, present) == "fp32"  # an older card
@@ -174,6 +216,5 @@ def test_auto_precision_is_int8_only_on_a_cpu_where_the_card_ships_it(on_cpu, sh
 def test_int8_without_its_graph_stops_start_up_with_a_sentence(tmp_path):
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
         (tmp_path / name).write_bytes((contract.SHIPPED["mnist"] / name).read_bytes())
-    with pytest.raises(ValidationError, match="precision int8 needs .*python -m tools.quantize"):
+    with pytest.raises(ValidationError, match=r"precision int8 needs .*python -m tools\.quantize"):
         Settings(models=[f"mine={tmp_path}"], precision="int8")
-

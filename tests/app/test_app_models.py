@@ -1,6 +1,7 @@
 """Every shipped model through one app: GET /models, ?model= on the committed fixtures (answers equal
 the model's own ONNX session), MultiMNIST's two digits with their own reconstructions and overlay,
 and the digit-pair and garment preprocessing."""
+
 import base64
 import io
 import json
@@ -41,7 +42,7 @@ def pairs(images: np.ndarray, labels: np.ndarray, n: int, seed: int = 0) -> tupl
         canvas = np.zeros((36, 36), np.float32)
         for k in (i, j):
             dy, dx = rng.integers(-4, 5, 2)
-            canvas[4 + dy:32 + dy, 4 + dx:32 + dx] += images[k] / 255
+            canvas[4 + dy : 32 + dy, 4 + dx : 32 + dx] += images[k] / 255
         out.append(np.round(np.clip(canvas, 0, 1) * 255).astype(np.uint8))
         pair_labels.append((labels[i], labels[j]))
     return np.stack(out), np.array(pair_labels)
@@ -79,7 +80,11 @@ def test_models_lists_every_shipped_model_with_its_card(client):
         assert len(m["classes"]) == 10
     assert entries["fashion-mnist"]["classes"][7] == "Sneaker" and entries["mnist"]["classes"][7] == "7"
     assert {n: (m["preprocessing"], m["objects"]) for n, m in entries.items()} == {
-        "mnist": ("digit", 1), "fashion-mnist": ("garment", 1), "multimnist": ("digit-pair", 2), "affine": ("digit", 1)}
+        "mnist": ("digit", 1),
+        "fashion-mnist": ("garment", 1),
+        "multimnist": ("digit-pair", 2),
+        "affine": ("digit", 1),
+    }
 
 
 @pytest.mark.parametrize("name", list(contract.SHIPPED))
@@ -100,9 +105,12 @@ def test_each_model_answers_as_its_own_onnx_session(client, engines, mnist_fixtu
     assert np.asarray(first["routing"]["maps"]).shape == (10, grid, grid)
     assert first["label"] == engine.spec.classes[first["prediction"]]
     if name == "multimnist":
-        hits = [sorted(o["digit"] for o in a["objects"]) == sorted(pair) for a, pair in zip(answers, labels.tolist())]
+        hits = [
+            sorted(o["digit"] for o in a["objects"]) == sorted(pair)
+            for a, pair in zip(answers, labels.tolist(), strict=True)
+        ]
     else:
-        hits = [a["prediction"] == label for a, label in zip(answers, labels)]
+        hits = [a["prediction"] == label for a, label in zip(answers, labels, strict=True)]
     assert sum(hits) >= READ[name], hits
 
 
@@ -133,8 +141,9 @@ def test_multimnist_names_both_digits_and_draws_each_from_its_own_capsule(client
 def test_reconstruct_uses_the_named_models_decoder(client):
     r = client.post("/reconstruct", params={"model": "multimnist"}, json={"digit": 3, "capsule": [0.1] * 16})
     assert r.status_code == 200 and np.asarray(r.json()["items"][0]["image"]).shape == (36, 36)
-    assert np.asarray(client.post("/reconstruct", json={"digit": 3, "capsule": [0.1] * 16}).json()["items"][0][
-        "image"]).shape == (28, 28)
+    assert np.asarray(
+        client.post("/reconstruct", json={"digit": 3, "capsule": [0.1] * 16}).json()["items"][0]["image"]
+    ).shape == (28, 28)
 
 
 def drawn_pair(mnist_fixture, side: int = 600) -> tuple[np.ndarray, tuple[int, int]]:
@@ -143,9 +152,9 @@ def drawn_pair(mnist_fixture, side: int = 600) -> tuple[np.ndarray, tuple[int, i
     images, labels = mnist_fixture
     i, j = 0, 1  # a 7 and a 2
     paper = np.zeros((side, side), np.float32)
-    for k, (top, left) in zip((i, j), ((80, 60), (120, 160))):
+    for k, (top, left) in zip((i, j), ((80, 60), (120, 160)), strict=True):
         big = np.asarray(Image.fromarray(images[k]).resize((336, 336), Image.Resampling.BICUBIC), np.float32) / 255
-        paper[top:top + 336, left:left + 336] = np.maximum(paper[top:top + 336, left:left + 336], big)
+        paper[top : top + 336, left : left + 336] = np.maximum(paper[top : top + 336, left : left + 336], big)
     return np.round(255 * (1 - np.clip(paper, 0, 1))).astype(np.uint8), (int(labels[i]), int(labels[j]))
 
 
@@ -166,9 +175,14 @@ def test_a_drawn_pair_is_read_at_five_scales(mnist_fixture):
     card's 23 first (the answer's input if the model explains them all alike)."""
     paper, _ = drawn_pair(mnist_fixture)
     prepared = imaging.preprocess(Image.fromarray(paper), "digit-pair", 36, 23)
-    side = lambda a: max(np.ptp(np.flatnonzero(a.max(axis=1) > 0.1)), np.ptp(np.flatnonzero(a.max(axis=0) > 0.1))) + 1
+
+    def side(a):
+        return max(np.ptp(np.flatnonzero(a.max(axis=1) > 0.1)), np.ptp(np.flatnonzero(a.max(axis=0) > 0.1))) + 1
+
     assert prepared.candidates.shape == (5, 36, 36)
-    assert [side(c) - box for c, box in zip(prepared.candidates, (23, 19, 21, 25, 27))] == pytest.approx([0] * 5, abs=1)
+    assert [side(c) - box for c, box in zip(prepared.candidates, (23, 19, 21, 25, 27), strict=True)] == pytest.approx(
+        [0] * 5, abs=1
+    )
     assert np.array_equal(prepared.image, prepared.candidates[0])
     assert imaging.preprocess(Image.fromarray(paper), "digit", 28, 20).candidates is None  # one digit, one scale
 
@@ -178,11 +192,13 @@ def test_pairs_drawn_large_read_as_well_as_at_the_models_size(client, mnist_fixt
     as many as at 36x36 (the scale the answer explains best; at the median union's alone, 71% vs 85%
     of 400 held-out pairs: benchmarks/drawn_pairs.py)."""
     images, labels = pairs(*mnist_fixture, 40, seed=11)
+
     def named(image):
         return sorted(o["digit"] for o in predict(client, image, model="multimnist", include="")["objects"])
+
     large = [np.asarray(Image.fromarray(255 - x).resize((216, 216), Image.Resampling.BICUBIC)) for x in images]
-    as_is = sum(named(x) == sorted(y) for x, y in zip(images, labels.tolist()))
-    drawn = sum(named(x) == sorted(y) for x, y in zip(large, labels.tolist()))
+    as_is = sum(named(x) == sorted(y) for x, y in zip(images, labels.tolist(), strict=True))
+    drawn = sum(named(x) == sorted(y) for x, y in zip(large, labels.tolist(), strict=True))
     assert as_is >= 30 and drawn >= 0.9 * as_is, (drawn, as_is)
     answer = predict(client, large[0], model="multimnist")
     assert len(answer["objects"]) == 2 and imaging_side(answer["input"]) in range(18, 29)
@@ -200,7 +216,10 @@ def test_a_multimnist_sized_picture_keeps_its_scale(mnist_fixture):
     images, _ = pairs(*mnist_fixture, 4, seed=5)
     for pair in images:
         x = imaging.preprocess(Image.fromarray(pair), "digit-pair", 36, 23).image
-        side = lambda a: max(np.ptp(np.flatnonzero(a.any(axis=1))), np.ptp(np.flatnonzero(a.any(axis=0)))) + 1
+
+        def side(a):
+            return max(np.ptp(np.flatnonzero(a.any(axis=1))), np.ptp(np.flatnonzero(a.any(axis=0)))) + 1
+
         assert abs(side(x) - side(pair)) <= 1
 
 
@@ -218,17 +237,20 @@ def product_photo(garment: np.ndarray, rng: np.random.Generator) -> bytes:
 def test_garment_photos_read_as_the_dataset_reads(client, fashion):
     """The garment preprocessing undoes a product photo: its input is close to the dataset's image and
     the answers agree with the dataset image's on nearly every photo."""
-    images, labels = fashion
+    images, _labels = fashion
     rng = np.random.default_rng(0)
     agree, close = 0, []
     for image in images[:24]:
         photo = product_photo(image, rng)
-        x = imaging.preprocess(imaging.decode(photo, 10 ** 7), "garment", 28, 28).image
+        x = imaging.preprocess(imaging.decode(photo, 10**7), "garment", 28, 28).image
         close.append(np.corrcoef(x.ravel(), image.ravel())[0, 1])
-        r = client.post("/predict", params={"model": "fashion-mnist", "include": ""},
-                        files={"file": ("p.jpg", photo, "image/jpeg")})
-        agree += r.json()["prediction"] == predict(client, image, model="fashion-mnist", preprocess="none",
-                                                   include="")["prediction"]
+        r = client.post(
+            "/predict", params={"model": "fashion-mnist", "include": ""}, files={"file": ("p.jpg", photo, "image/jpeg")}
+        )
+        agree += (
+            r.json()["prediction"]
+            == predict(client, image, model="fashion-mnist", preprocess="none", include="")["prediction"]
+        )
     assert np.median(close) > 0.9 and agree >= 22, (np.median(close), agree)
 
 
@@ -244,14 +266,18 @@ def test_garment_on_a_dark_background_and_a_transparent_cut_out(fashion):
         imaging.preprocess(Image.new("L", (100, 100), 200), "garment", 28, 28)
 
 
-@pytest.mark.parametrize("change, why", [
-    (lambda s: s.pop("input"), "bad `serving` section: input: Field required"),
-    (lambda s: s["preprocessing"].update(kind="photo"), "bad `serving` section: preprocessing.kind"),
-    (lambda s: s["classes"].pop(), "names 9 classes for 10 class capsules"),
-    (lambda s: s["primary_capsules"].update(grid=10, count=3200), "the network leaves a 6x6 grid"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda s: s.pop("input"), "bad `serving` section: input: Field required"),
+        (lambda s: s["preprocessing"].update(kind="photo"), "bad `serving` section: preprocessing.kind"),
+        (lambda s: s["classes"].pop(), "names 9 classes for 10 class capsules"),
+        (lambda s: s["primary_capsules"].update(grid=10, count=3200), "the network leaves a 6x6 grid"),
+    ],
+)
 def test_a_card_that_contradicts_itself_is_refused_with_its_folder(change, why):
     from model.card import read_serving
+
     card = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     assert read_serving(card, "models/mnist/").size == 28
     change(card[contract.SERVING])

@@ -1,4 +1,5 @@
 """POST /predict: real MNIST digits, the response's invariants, include, JSON vs multipart."""
+
 import base64
 import hashlib
 import io
@@ -9,13 +10,23 @@ import pytest
 from PIL import Image
 
 from app.engine import routing_maps
-from app.routes.predict import doubts
 from app.imaging import from_base64
+from app.routes.predict import doubts
 from benchmarks.harness import encode
 from model import contract
 
-FULL = {"prediction", "label", "probabilities", "runner_up", "warnings", "capsules", "reconstruction", "routing", "input",
-        "model"}
+FULL = {
+    "prediction",
+    "label",
+    "probabilities",
+    "runner_up",
+    "warnings",
+    "capsules",
+    "reconstruction",
+    "routing",
+    "input",
+    "model",
+}
 
 
 def post_png(client, image: np.ndarray, **params):
@@ -41,7 +52,7 @@ def test_outputs_keep_their_invariants(client, digits):
     body = r.json()
     assert set(body) == FULL
     probabilities = np.array(body["probabilities"])
-    assert probabilities.shape == (10,) and ((0 <= probabilities) & (probabilities <= 1)).all()
+    assert probabilities.shape == (10,) and ((probabilities >= 0) & (probabilities <= 1)).all()
     assert body["prediction"] == int(probabilities.argmax())
     second = int(np.argsort(-probabilities)[1])
     assert body["runner_up"]["digit"] == second != body["prediction"]
@@ -51,7 +62,7 @@ def test_outputs_keep_their_invariants(client, digits):
     lengths = np.sqrt((np.array(body["capsules"]) ** 2).sum(axis=1) + 1e-8)  # eps inside the root (routing.py)
     np.testing.assert_allclose(lengths, probabilities, rtol=1e-4, atol=1e-6)
     image = np.array(body["reconstruction"]["image"])
-    assert image.shape == (28, 28) and 0 <= image.min() and image.max() <= 1
+    assert image.shape == (28, 28) and image.min() >= 0 and image.max() <= 1
     np.testing.assert_allclose(decoded_png(body["reconstruction"]["png"]), image, atol=0.5 / 255 + 1e-6)
     coefficients = np.array(body["routing"]["coefficients"])
     assert coefficients.shape == (1152, 10)
@@ -82,10 +93,15 @@ def test_preprocess_none_equals_the_bare_session(client, engine, digits):
         np.testing.assert_allclose(decoded_png(body["input"]), x[i], atol=0.5 / 255 + 1e-6)
 
 
-@pytest.mark.parametrize("include,expected", [
-    ("", set()), ("capsules", {"capsules"}), ("routing,reconstruction", {"routing", "reconstruction"}),
-    (" capsules , routing ", {"capsules", "routing"}),
-])
+@pytest.mark.parametrize(
+    "include,expected",
+    [
+        ("", set()),
+        ("capsules", {"capsules"}),
+        ("routing,reconstruction", {"routing", "reconstruction"}),
+        (" capsules , routing ", {"capsules", "routing"}),
+    ],
+)
 def test_include_trims_the_response(client, digits, include, expected):
     body = post_png(client, digits[0][1], include=include).json()
     assert set(body) == {"prediction", "label", "probabilities", "runner_up", "warnings", "input", "model"} | expected
@@ -123,7 +139,7 @@ def test_reconstruct_batch_of_the_fig4_grid(client):
     r = client.post("/reconstruct", json={"items": items})
     assert r.status_code == 200
     images = np.array([item["image"] for item in r.json()["items"]])
-    assert images.shape == (176, 28, 28) and 0 <= images.min() and images.max() <= 1
+    assert images.shape == (176, 28, 28) and images.min() >= 0 and images.max() <= 1
     assert all(item["png"].startswith("data:image/png;base64,") for item in r.json()["items"])
 
 
@@ -135,7 +151,7 @@ def test_reconstruct_returns_what_include_asks_for(client):
     pixels = client.post("/reconstruct", params={"include": "image"}, json=body).json()["items"]
     pngs = client.post("/reconstruct", params={"include": "png"}, json=body).json()["items"]
     assert [set(item) for item in pixels] == [{"image"}] * 2 and [set(item) for item in pngs] == [{"png"}] * 2
-    for b, x, p in zip(both, pixels, pngs):
+    for b, x, p in zip(both, pixels, pngs, strict=True):
         assert x["image"] == b["image"] and p["png"] == b["png"]
         decoded = np.asarray(Image.open(io.BytesIO(base64.b64decode(p["png"].split(",", 1)[1]))), np.float32) / 255
         np.testing.assert_allclose(decoded, x["image"], atol=0.5 / 255 + 1e-6)
@@ -149,9 +165,12 @@ def test_health_ready_model(client):
     shipped = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     assert shipped["int8"]["shipped"]
     assert client.get("/health").json() == {"status": "ok"}
-    assert client.get("/ready").json() == {"status": "ready", "providers": ["CPUExecutionProvider"],
-                                           "precision": "int8",
-                                           "models": ["mnist", "fashion-mnist", "multimnist", "affine"]}
+    assert client.get("/ready").json() == {
+        "status": "ready",
+        "providers": ["CPUExecutionProvider"],
+        "precision": "int8",
+        "models": ["mnist", "fashion-mnist", "multimnist", "affine"],
+    }
     card = client.get("/model").json()
     int8 = hashlib.sha256((contract.SHIPPED["mnist"] / contract.CAPSNET_INT8_ONNX).read_bytes()).hexdigest()[:12]
     assert card["providers"] == ["CPUExecutionProvider"] and card["precision"] == "int8"

@@ -1,6 +1,7 @@
 """Real-world inputs through /predict: the committed sample of the robustness suite
 (tests/fixtures/robustness/: `python -m benchmarks.robustness --n 6 --photo-size 384x288 --save ...`,
 seed 0, the first 6 images of each kind, photos at 384x288)."""
+
 from collections import defaultdict
 from pathlib import Path
 

@@ -13,6 +13,7 @@ is its JSON part, Inference-Header-Content-Length long, followed by the tensor's
 Bounded (max_examples per operation, no coverage phase for infer: its boundary cases of 28x28 nested
 arrays took minutes) so that the suite stays quick on two CPU cores.
 """
+
 import json
 
 import pytest
@@ -85,15 +86,29 @@ def binary_form(context, case):
     while value["type"] == "array":
         value = value["items"]
     names = properties["outputs"]["items"]["properties"]["name"]["enum"]
-    outputs = st.lists(st.fixed_dictionaries({"name": st.sampled_from(names)}, optional={
-        "parameters": st.fixed_dictionaries({}, optional={"binary_data": st.booleans()})}), max_size=len(names))
-    values = st.integers(1, 3).flatmap(lambda rows: arrays("<f4", (rows, *dims), elements=st.floats(
-        value["minimum"], value["maximum"], width=32)))
+    outputs = st.lists(
+        st.fixed_dictionaries(
+            {"name": st.sampled_from(names)},
+            optional={"parameters": st.fixed_dictionaries({}, optional={"binary_data": st.booleans()})},
+        ),
+        max_size=len(names),
+    )
+    values = st.integers(1, 3).flatmap(
+        lambda rows: arrays("<f4", (rows, *dims), elements=st.floats(value["minimum"], value["maximum"], width=32))
+    )
 
     def fill(drawn) -> object:
         x, asked, binary_output = drawn
-        request = {"inputs": [{"name": tensor["name"]["const"], "datatype": "FP32", "shape": list(x.shape),
-                               "parameters": {"binary_data_size": x.nbytes}}]}
+        request = {
+            "inputs": [
+                {
+                    "name": tensor["name"]["const"],
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ]
+        }
         if asked is not None:
             request["outputs"] = asked
         if binary_output is not None:
@@ -102,4 +117,5 @@ def binary_form(context, case):
         case.body = header + x.tobytes()
         case.headers = {**(case.headers or {}), HEADER_LENGTH: str(len(header))}
         return case
+
     return st.tuples(values, st.none() | outputs, st.none() | st.booleans()).map(fill)

@@ -1,5 +1,6 @@
 """benchmarks.drawn_pairs runs end to end on a few fixture pairs and writes its report (a smoke test:
 the figures themselves come from the full run)."""
+
 import io
 import json
 
@@ -15,6 +16,7 @@ def test_drawn_pairs_writes_its_report(api_url, mnist_fixture, tmp_path, monkeyp
     images[:, 2:30, 2:30] = digits[:4]
     images[:, 6:34, 6:34] = np.maximum(images[:, 6:34, 6:34], digits[4:8])
     labels = np.stack([classes[:4], classes[4:8]], axis=1)
+
     def fixture_pairs(name, data_dir, limit):
         files = []
         for x in images[:limit]:
@@ -22,6 +24,7 @@ def test_drawn_pairs_writes_its_report(api_url, mnist_fixture, tmp_path, monkeyp
             Image.fromarray(x).save(buffer, "PNG")
             files.append(buffer.getvalue())
         return files, labels[:limit]
+
     monkeypatch.setattr(drawn_pairs, "test_set", fixture_pairs)
     drawn_pairs.main(["--url", api_url, "--limit", "4", "--out", str(tmp_path / "drawn")])
     result = json.loads((tmp_path / "drawn.json").read_text())

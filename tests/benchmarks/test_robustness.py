@@ -1,4 +1,5 @@
 """benchmarks.robustness's optional modes: --optdigits needs scikit-learn, which is no dependency."""
+
 import sys
 
 import numpy as np

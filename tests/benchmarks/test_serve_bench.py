@@ -1,5 +1,6 @@
 """benchmarks.serve_bench runs end to end, load from hey, and writes its report (a smoke test: the
 figures come from the full run, `make bench`)."""
+
 import json
 import shutil
 
@@ -12,8 +13,13 @@ from benchmarks import serve_bench
 def test_serve_bench_writes_its_report(tmp_path):
     report = serve_bench.main(["--seconds", "0.3", "--clients", "1,2", "--out", str(tmp_path / "serve.json")])
     rows = json.loads((tmp_path / "serve.json").read_text())["rows"]
-    cases = (("/predict", "all"), ("/predict", "none"), ("/predict", "none, preprocess=none"), ("no-op", "-"),
-             ("/health", "-"))
+    cases = (
+        ("/predict", "all"),
+        ("/predict", "none"),
+        ("/predict", "none, preprocess=none"),
+        ("no-op", "-"),
+        ("/health", "-"),
+    )
     assert {(r["batching"], r["endpoint"], r["include"], r["clients"]) for r in rows} == {
         (b, e, i, c) for b in ("on", "off") for c in (1, 2) for e, i in cases
     } | {("template", "/predict", "-", c) for c in (1, 2)}

@@ -1,10 +1,12 @@
 """The training-throughput benchmark measures what it says: real shifted digits, one sync per timed
 span, gradients zeroed between routing calls, the CUDA fast settings, ours beside the baseline."""
+
 import numpy as np
 import pytest
 import torch
 
-from benchmarks import public_capsnet, train_throughput as tt
+from benchmarks import public_capsnet
+from benchmarks import train_throughput as tt
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import dynamic_routing
 from tests.conftest import FIXTURES
@@ -23,7 +25,7 @@ def test_batches_are_shifted_real_digits():
     with np.load(FIXTURES / "mnist_test_1000.npz") as f:
         assert torch.equal(task.train.images, torch.from_numpy(f["images"]))
     batch = task.draw(torch.arange(tt.BATCH), torch.Generator().manual_seed(0))
-    x = tt.data.to_float(task.train.images[:tt.BATCH])
+    x = tt.data.to_float(task.train.images[: tt.BATCH])
     assert batch.x.shape == x.shape and not torch.equal(batch.x, x)
     kept = batch.x.sum((1, 2, 3)) / x.sum((1, 2, 3))
     assert (kept > 0.95).all() and (kept > 0.999).float().mean() > 0.9  # shifted by 2 px: little ink cut
@@ -57,8 +59,14 @@ def test_bench_sets_the_fast_backends_and_reports_both_networks(monkeypatch):
     monkeypatch.setattr(tt, "setup_backends", lambda device: seen.append(device))
     result = tt.bench_device("cpu", steps=1, compile=False)
     assert seen == ["cpu"]
-    timed = {"ours_forward_ms", "ours_forward_backward_ms", "baseline_forward_ms", "baseline_images_per_s",
-             f"ours_{result['default_precision']}_images_per_s", "ratio"}
+    timed = {
+        "ours_forward_ms",
+        "ours_forward_backward_ms",
+        "baseline_forward_ms",
+        "baseline_images_per_s",
+        f"ours_{result['default_precision']}_images_per_s",
+        "ratio",
+    }
     assert timed <= set(result) and all(np.isfinite(result[k]) and result[k] > 0 for k in timed)
 
 

@@ -1,5 +1,6 @@
 """The deployment files and the README say the same as the code: every setting is documented and
 passed through by compose, and the README's test command is the one CI runs."""
+
 import ast
 import re
 from pathlib import Path
@@ -21,7 +22,9 @@ def demo_settings_fields() -> list[str]:
 
 def test_readme_documents_every_setting():
     missing = [f"CAPSNET_{f.upper()}" for f in Settings.model_fields if f"CAPSNET_{f.upper()}" not in README]
-    missing += [f"CAPSNET_DEMO_{f.upper()}" for f in demo_settings_fields() if f"CAPSNET_DEMO_{f.upper()}" not in README]
+    missing += [
+        f"CAPSNET_DEMO_{f.upper()}" for f in demo_settings_fields() if f"CAPSNET_DEMO_{f.upper()}" not in README
+    ]
     assert not missing, f"README.md does not document {missing}"
 
 

@@ -1,4 +1,5 @@
 """`make lint`, .ci/run and pre-commit run the same checks, so a commit, CI and a newcomer's machine agree."""
+
 import re
 
 import yaml

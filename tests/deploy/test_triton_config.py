@@ -4,6 +4,7 @@ Each generated config.pbtxt is parsed with Triton's own ModelConfig protobuf (sh
 tritonclient dev dependency), so a field Triton does not know fails the parse, and checked against
 what ONNX Runtime reports for the same model (names, element types, shapes).
 """
+
 import importlib.util
 
 import numpy as np
@@ -42,8 +43,9 @@ def repo(tmp_path_factory):
     return root
 
 
-ENTRIES = [(name + suffix, folder, suffix) for name, folder in contract.SHIPPED.items()
-           for suffix in ("", triton.DECODER)]
+ENTRIES = [
+    (name + suffix, folder, suffix) for name, folder in contract.SHIPPED.items() for suffix in ("", triton.DECODER)
+]
 
 
 def test_every_shipped_model_is_written(repo):
@@ -88,7 +90,7 @@ def test_repository_models_run_batched(repo, mnist_fixture):
     session = ort.InferenceSession(str(repo / "mnist" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     x = images[:3, None].astype(np.float32) / 255.0
     outputs = session.run(None, {contract.IMAGE: x})
-    for out, spec in zip(outputs, read_config(repo, "mnist").output):
+    for out, spec in zip(outputs, read_config(repo, "mnist").output, strict=True):
         assert list(out.shape) == [3, *spec.dims]
 
 

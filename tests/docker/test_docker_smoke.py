@@ -14,6 +14,7 @@ What it does, in order (module-scoped fixtures, so one engine, one build and one
    fixture digit, and GET / of the demo.
 5. `docker compose down`: no container of the project is left.
 """
+
 import json
 import os
 import re
@@ -49,14 +50,17 @@ def say(message: str) -> None:
 def run(cmd, env, timeout=120, check=True, log: Path | None = None) -> subprocess.CompletedProcess:
     """Run a command; with `log`, its output goes there and only the tail is shown on failure."""
     start = time.monotonic()
-    out = subprocess.run(cmd, cwd=REPO, env=env, timeout=timeout, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = subprocess.run(
+        cmd, cwd=REPO, env=env, timeout=timeout, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     if log:
         log.write_text(out.stdout)
     if check and out.returncode != 0:
         tail = "\n".join(out.stdout.splitlines()[-40:])
-        pytest.fail(f"`{' '.join(map(str, cmd))}` exited {out.returncode} after "
-                    f"{time.monotonic() - start:.0f}s:\n{tail}", pytrace=False)
+        pytest.fail(
+            f"`{' '.join(map(str, cmd))}` exited {out.returncode} after {time.monotonic() - start:.0f}s:\n{tail}",
+            pytrace=False,
+        )
     return out
 
 
@@ -82,16 +86,21 @@ def engine():
     elif not shutil.which("dockerd") or not shutil.which("docker"):
         reason = "no dockerd/docker on PATH (apt-get install docker.io)"
     if reason is None:
-        started = subprocess.run(["bash", str(HERE / "dockerd.sh"), "start"], text=True, capture_output=True,
-                                 timeout=120)
+        started = subprocess.run(
+            ["bash", str(HERE / "dockerd.sh"), "start"], text=True, capture_output=True, timeout=120
+        )
         if started.returncode != 0:
             reason = f"the Docker engine cannot start on this machine: {started.stderr.strip()[-600:]}"
     if reason:
         banner = f"DOCKER SMOKE SKIPPED: {reason}"
         say("!" * 20 + " " + banner + " " + "!" * 20)
         pytest.skip(banner)
-    env = dict(os.environ, DOCKER_HOST=re.search(r"DOCKER_HOST=(\S+)", started.stdout).group(1),
-               DOCKER_CONFIG=str(STATE / "docker-config"), CAPSNET_TAG=TAG)
+    env = dict(
+        os.environ,
+        DOCKER_HOST=re.search(r"DOCKER_HOST=(\S+)", started.stdout).group(1),
+        DOCKER_CONFIG=str(STATE / "docker-config"),
+        CAPSNET_TAG=TAG,
+    )
     plugins = STATE / "docker-config" / "cli-plugins"
     plugins.mkdir(parents=True, exist_ok=True)
     link = plugins / "docker-compose"
@@ -107,8 +116,9 @@ def engine():
         # legacy builder's cache (a warm run takes a minute, a cold one several): keep them 3 days
         for leftovers in (["container", "prune", "-f"], ["image", "prune", "-f", "--filter", "until=72h"]):
             subprocess.run(["docker", *leftovers], env=env, capture_output=True, timeout=120)
-        stopped = subprocess.run(["bash", str(HERE / "dockerd.sh"), "stop"], text=True, capture_output=True,
-                                 timeout=120)
+        stopped = subprocess.run(
+            ["bash", str(HERE / "dockerd.sh"), "stop"], text=True, capture_output=True, timeout=120
+        )
         say(stopped.stdout.strip() or "dockerd was not running")
         status = subprocess.run(["bash", str(HERE / "dockerd.sh"), "status"], capture_output=True)
         assert status.returncode != 0, "dockerd still running after stop"
@@ -143,14 +153,21 @@ def stack(engine, images):
     """The stack, up and healthy, on free loopback ports; `down` is a test of its own (the last)."""
     env = dict(engine, CAPSNET_CI_API_PORT=str(free_port()), CAPSNET_CI_DEMO_PORT=str(free_port()))
     start = time.monotonic()
-    up = run(compose("up", "--detach", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT_S)), env,
-             timeout=UP_TIMEOUT_S + 60, check=False)
+    up = run(
+        compose("up", "--detach", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT_S)),
+        env,
+        timeout=UP_TIMEOUT_S + 60,
+        check=False,
+    )
     if up.returncode != 0:
         logs = run(compose("logs", "--no-color", "--tail", "60"), env, check=False).stdout
-        pytest.fail(f"compose up did not get healthy:\n{up.stdout[-3000:]}\n--- logs ---\n{logs[-6000:]}",
-                    pytrace=False)
-    say(f"compose up --wait: healthy after {time.monotonic() - start:.0f}s "
-        f"(api on 127.0.0.1:{env['CAPSNET_CI_API_PORT']}, demo on 127.0.0.1:{env['CAPSNET_CI_DEMO_PORT']})")
+        pytest.fail(
+            f"compose up did not get healthy:\n{up.stdout[-3000:]}\n--- logs ---\n{logs[-6000:]}", pytrace=False
+        )
+    say(
+        f"compose up --wait: healthy after {time.monotonic() - start:.0f}s "
+        f"(api on 127.0.0.1:{env['CAPSNET_CI_API_PORT']}, demo on 127.0.0.1:{env['CAPSNET_CI_DEMO_PORT']})"
+    )
     return env
 
 
@@ -178,20 +195,23 @@ def test_images_build_lean_and_non_root(engine, images):
         user = run(["docker", "image", "inspect", "-f", "{{.Config.User}}", image], engine).stdout.strip()
         assert user == "10001:10001", f"{image} runs as {user!r}"
     # no torch, no training code, no tests in either image; the api has the model, the demo has none
-    probe = ("import importlib.util as u, pathlib as p; a = p.Path('/app'); "
-             "print(u.find_spec('torch') is not None, sorted(x.name for x in a.iterdir()), "
-             "sorted(str(x.relative_to(a)) for x in a.glob('model*/**/*') if x.is_file()))")
+    probe = (
+        "import importlib.util as u, pathlib as p; a = p.Path('/app'); "
+        "print(u.find_spec('torch') is not None, sorted(x.name for x in a.iterdir()), "
+        "sorted(str(x.relative_to(a)) for x in a.glob('model*/**/*') if x.is_file()))"
+    )
     contract_files = ["model/__init__.py", "model/contract.py"]
     shipped = sorted(str(x.relative_to(REPO)) for x in contract.MODELS_DIR.rglob("*") if x.is_file())
     got = run(["docker", "run", "--rm", "--network", "none", api, "python", "-c", probe], engine).stdout.strip()
-    assert got == f"False ['app', 'model', 'models'] {sorted(contract_files + ['model/card.py'] + shipped)}", got
+    assert got == f"False ['app', 'model', 'models'] {sorted([*contract_files, 'model/card.py', *shipped])}", got
     got = run(["docker", "run", "--rm", "--network", "none", frontend, "python", "-c", probe], engine).stdout.strip()
     assert got == f"False ['frontend', 'model'] {contract_files}", got
 
 
 def _post_file(url: str, filename: str, payload: bytes) -> dict:
-    request = urllib.request.Request(url, data=multipart(payload, filename), method="POST",
-                                     headers={"Content-Type": MULTIPART})
+    request = urllib.request.Request(
+        url, data=multipart(payload, filename), method="POST", headers={"Content-Type": MULTIPART}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
         return json.load(response)
@@ -201,6 +221,7 @@ def test_predict_from_the_host_gets_the_digit(stack, mnist_fixture):
     """A fixture digit, posted as a PNG: the service answers what the shipped model answers, and
     the right digit once the model is trained (the card has a test accuracy)."""
     import onnxruntime as ort
+
     images, labels = mnist_fixture
     card = json.loads((contract.SHIPPED["mnist"] / contract.MODEL_CARD).read_text())
     base = f"http://127.0.0.1:{stack['CAPSNET_CI_API_PORT']}"
@@ -214,8 +235,10 @@ def test_predict_from_the_host_gets_the_digit(stack, mnist_fixture):
         np.testing.assert_allclose(got["probabilities"], lengths[0], atol=1e-4)
         if card.get("test_accuracy"):
             assert got["prediction"] == labels[i], f"fixture {i}: predicted {got['prediction']}, label {labels[i]}"
-        say(f"POST /predict fixture {i} (label {labels[i]}): prediction {got['prediction']}, "
-            f"provider {got['model'].get('provider')}")
+        say(
+            f"POST /predict fixture {i} (label {labels[i]}): prediction {got['prediction']}, "
+            f"provider {got['model'].get('provider')}"
+        )
     with urllib.request.urlopen(f"{base}/model", timeout=10) as response:
         assert response.status == 200 and "CPUExecutionProvider" in response.read().decode()
 

@@ -1,5 +1,6 @@
 """Fixtures for the demo: a client of the real API (tests/conftest.py's api_url), the demo itself in
 this process, and the API and demo as a person starts them (`make demo`)."""
+
 import os
 import signal
 import subprocess
@@ -53,9 +54,13 @@ def made_demo_url(tmp_path_factory) -> Iterator[str]:
     api_port, demo_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("make-demo") / "make-demo.log"
     with log.open("wb") as out:
-        make = subprocess.Popen(["make", "-s", "demo", f"VENV={sys.prefix}", f"API_PORT={api_port}",
-                                 f"DEMO_PORT={demo_port}"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        make = subprocess.Popen(
+            ["make", "-s", "demo", f"VENV={sys.prefix}", f"API_PORT={api_port}", f"DEMO_PORT={demo_port}"],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     api, demo = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{demo_port}"
     deadline = time.monotonic() + MAKE_DEMO_TIMEOUT_S
     while not (up(f"{api}/ready") and up(demo)):

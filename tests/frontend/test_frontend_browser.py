@@ -7,6 +7,7 @@ Uses Debian's chromium (/usr/bin/chromium) through Playwright, never Playwright'
 CAPSNET_SCREENSHOT=1 also writes the Digit tab's screenshot to docs/demo.png (the README shows it) and
 the Two digits tab's to docs/demo_pairs.png.
 """
+
 import io
 import os
 import re
@@ -22,8 +23,14 @@ from frontend.tabs import EXAMPLES, FASHION_EXAMPLES, PAIR_EXAMPLES
 from model.contract import AFFINE_SIZE, IMAGE_SIZE, MULTIMNIST_SIZE
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 TIMEOUT_MS = 30_000
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -135,8 +142,13 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     slider = page.locator("#dim-1 input[type=range]")
     slider.scroll_into_view_if_needed()
     track = slider.bounding_box()
-    stroke(page, [(track["x"] + track["width"] / 2, track["y"] + track["height"] / 2),
-                  (track["x"] + track["width"] - 2, track["y"] + track["height"] / 2)])
+    stroke(
+        page,
+        [
+            (track["x"] + track["width"] / 2, track["y"] + track["height"] / 2),
+            (track["x"] + track["width"] - 2, track["y"] + track["height"] / 2),
+        ],
+    )
     expect(page.locator("#dim-1 input[type=number]")).to_have_value("0.25")
     expect(perturbed).not_to_have_attribute("src", before)
 
@@ -230,17 +242,23 @@ def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo
 # alone reads as another digit or none (an L is a 2), so an answer to the unfinished drawing shows.
 DIGIT_STROKES = {
     "4": [[(-0.35, -0.6), (-0.45, 0.1), (0.35, 0.1)], [(0.15, -0.6), (0.15, 0.7)]],
-    "5": [[(-0.3, -0.6), (-0.35, -0.05), (0.1, -0.15), (0.35, 0.1), (0.3, 0.45), (-0.05, 0.65), (-0.35, 0.5)],
-          [(-0.3, -0.6), (0.35, -0.6)]],
+    "5": [
+        [(-0.3, -0.6), (-0.35, -0.05), (0.1, -0.15), (0.35, 0.1), (0.3, 0.45), (-0.05, 0.65), (-0.35, 0.5)],
+        [(-0.3, -0.6), (0.35, -0.6)],
+    ],
     "7": [[(-0.4, -0.6), (0.4, -0.6), (-0.05, 0.7)], [(-0.2, 0.05), (0.3, 0.05)]],
     "1": [[(-0.2, -0.45), (0.0, -0.65), (0.0, 0.65)], [(-0.25, 0.65), (0.25, 0.65)]],
 }
 # Two digits side by side, overlapping a little: a 4 of two strokes and a 7 with a bar, then the same
 # two digits the other way round. (Their first strokes read as other digits: an L is a 2.)
 FOUR, SEVEN = DIGIT_STROKES["4"], DIGIT_STROKES["7"]
-PAIR_STROKES = [[[(0.6 * x + dx, 0.8 * y) for x, y in stroke] for stroke, dx in pair]
-                for pair in ([(s, -0.3) for s in FOUR] + [(s, 0.3) for s in SEVEN],
-                             [(s, -0.3) for s in SEVEN] + [(s, 0.3) for s in FOUR])]
+PAIR_STROKES = [
+    [[(0.6 * x + dx, 0.8 * y) for x, y in stroke] for stroke, dx in pair]
+    for pair in (
+        [(s, -0.3) for s in FOUR] + [(s, 0.3) for s in SEVEN],
+        [(s, -0.3) for s in SEVEN] + [(s, 0.3) for s in FOUR],
+    )
+]
 PACE_S = 0.4  # between a person's strokes
 PAUSE_S = 1.5  # a person looking at the drawing before clicking Predict
 ANSWER_S = 8.0  # from the click to the answer for the whole drawing, on a busy 2-core CI machine
@@ -273,9 +291,13 @@ def jittery_demo_url(api_url):
         if path == "predict":
             await asyncio.sleep(next(delays))
         async with httpx.AsyncClient(timeout=30) as client:
-            answer = await client.request(request.method, f"{api_url}/{path}", params=request.query_params,
-                                          content=await request.body(),
-                                          headers={"content-type": request.headers.get("content-type", "")})
+            answer = await client.request(
+                request.method,
+                f"{api_url}/{path}",
+                params=request.query_params,
+                content=await request.body(),
+                headers={"content-type": request.headers.get("content-type", "")},
+            )
         return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
 
     port = free_port()
@@ -312,8 +334,12 @@ def api_reads(page, api_url: str, sketch: str, model: str) -> list[str]:
     ink.putalpha(ImageOps.invert(shot))
     buffer = io.BytesIO()
     ink.save(buffer, "PNG")
-    answer = httpx.post(f"{api_url}/predict", params={"model": model, "include": ""},
-                        files={"file": ("drawing.png", buffer.getvalue(), "image/png")}, timeout=30).json()
+    answer = httpx.post(
+        f"{api_url}/predict",
+        params={"model": model, "include": ""},
+        files={"file": ("drawing.png", buffer.getvalue(), "image/png")},
+        timeout=30,
+    ).json()
     return [o["label"] for o in answer["objects"]] if "objects" in answer else [answer["label"]]
 
 

@@ -1,4 +1,5 @@
 """The launched demo answers over its own HTTP API, as gradio_client sees it."""
+
 import numpy as np
 from gradio_client import Client, handle_file
 from PIL import Image

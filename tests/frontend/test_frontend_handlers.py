@@ -1,6 +1,7 @@
 """The demo's handlers against the real API on loopback: the tabs built from GET /models, predict, perturb,
 the Fig. 4 grid, and the states a person must see in words (empty canvas, API down, API starting, a refused
 file); then the Two digits (multimnist), Fashion (fashion-mnist) and affine tabs."""
+
 import base64
 import copy
 import io
@@ -113,8 +114,11 @@ def seven(api_url, digit_tab, mnist_fixture) -> tuple[list[list[float]], int]:
 # ---- the tabs: one per model the API serves (GET /models) ------------------------------------------------
 def model_tabs(demo: gr.Blocks) -> list[str]:
     """The labels of a built demo's model tabs (every gr.Tab but the Draw and Upload tabs inside them)."""
-    return [block.label for block in demo.blocks.values() if isinstance(block, gr.Tab)
-            and block.label not in ("Draw", "Upload")]
+    return [
+        block.label
+        for block in demo.blocks.values()
+        if isinstance(block, gr.Tab) and block.label not in ("Draw", "Upload")
+    ]
 
 
 def test_every_served_model_gets_a_tab_the_default_first(client):
@@ -125,8 +129,11 @@ def test_every_served_model_gets_a_tab_the_default_first(client):
     tabs = tabs_from(served)
     assert tabs[0].model == served["default"] == "mnist" and {tab.model for tab in tabs} == set(entries)
     assert {tab.model: (tab.title, tab.prefix) for tab in tabs} == {
-        "mnist": ("Digit", ""), "multimnist": ("Two digits", "pair-"), "fashion-mnist": ("Fashion", "fashion-"),
-        "affine": ("Digit (affine)", "affine-")}
+        "mnist": ("Digit", ""),
+        "multimnist": ("Two digits", "pair-"),
+        "fashion-mnist": ("Fashion", "fashion-"),
+        "affine": ("Digit (affine)", "affine-"),
+    }
     for tab in tabs:
         entry = entries[tab.model]
         assert (tab.size, tab.classes, tab.task) == (entry["input_size"], entry["classes"], entry["task"])
@@ -134,8 +141,11 @@ def test_every_served_model_gets_a_tab_the_default_first(client):
     demo = build_demo(client, tabs)
     assert model_tabs(demo) == [tab.title for tab in tabs]
     # Nothing but tabs in the models' gr.Tabs: a gr.State there gave a tab a second header in the browser.
-    (models,) = [block for block in demo.blocks.values() if isinstance(block, gr.Tabs)
-                 and any(getattr(child, "id", None) == "mnist" for child in block.children)]
+    (models,) = [
+        block
+        for block in demo.blocks.values()
+        if isinstance(block, gr.Tabs) and any(getattr(child, "id", None) == "mnist" for child in block.children)
+    ]
     assert all(isinstance(child, gr.Tab) for child in models.children), models.children
     ids = [block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)]
     assert len(ids) == len(set(ids)) and {"sketch", "pair-sketch", "affine-sketch", "fashion-upload"} <= set(ids)
@@ -152,8 +162,9 @@ def mnist_only_url():
     from app.settings import Settings
 
     port = free_port()
-    settings = Settings(models=["mnist"], providers=["CPUExecutionProvider"], host="127.0.0.1", port=port,
-                        log_level="warning")
+    settings = Settings(
+        models=["mnist"], providers=["CPUExecutionProvider"], host="127.0.0.1", port=port, log_level="warning"
+    )
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="capsnet-api-mnist", daemon=True)
     thread.start()
@@ -203,6 +214,7 @@ def test_the_demo_waits_for_the_api_to_list_its_models(unused_url):
         if len(calls) < 3:  # still loading its models: nothing listens yet
             raise httpx.ConnectError("connection refused", request=request)
         return httpx.Response(200, json={"default": "mnist", "models": []})
+
     answer = served_models(ApiClient("http://api", 2.0, transport=httpx.MockTransport(api)), wait_s=10, every_s=0.01)
     assert answer == {"default": "mnist", "models": []} and calls == ["/models"] * 3
     with pytest.raises(ApiUnreachable, match=r"GET /models.*not reachable"):
@@ -215,7 +227,7 @@ def test_drawing_a_fixture_digit_yields_its_label(client, digit_tab, mnist_fixtu
     images, labels = mnist_fixture
     firsts = [int(np.flatnonzero(labels == d)[0]) for d in range(NUM_CLASSES)]
     predicted = [predict_drawing(client, digit_tab, drawing(images[i])).digit for i in firsts]
-    wrong = [(int(labels[i]), p) for i, p in zip(firsts, predicted) if p != labels[i]]
+    wrong = [(int(labels[i]), p) for i, p in zip(firsts, predicted, strict=True) if p != labels[i]]
     assert len(wrong) <= 1, f"(label, predicted) for the misread digits: {wrong}"
 
 
@@ -261,6 +273,7 @@ def test_an_event_passes_its_updates_or_drops_stale_ones():
     def overtaken(text):  # a newer prediction starts while this one waits for the API
         screen.start(DRAWING)
         return {outputs[0]: text}
+
     assert gated(overtaken, DRAWING)(screen, "b") == gr.skip()  # no update to any output
     assert gated(lambda: {outputs[0]: "c"}, DRAWING, tab_select=True)(screen) == gr.skip()  # on screen already
 
@@ -275,6 +288,7 @@ def test_an_answer_on_screen_is_followed_up_once():
     def overtaken(text):
         screen.start(DRAWING)
         return {output: text, answer: {"text": text}}
+
     gated(overtaken, DRAWING, answer=answer)(screen, "b")  # dropped: the answer on screen is still "a"'s
     assert screen.follow() == (False, None)
 
@@ -303,7 +317,9 @@ def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(clien
         tab, panel = ui.tab, ui.panel
         screen, answer = Screen(DRAWING), client.predict(example.read_bytes(), tab.model)
         digit = int(answer["objects"][0]["digit"]) if tab.view is PairView else 7
-        gated(lambda: {ui.status: "", ui.answer: answer}, DRAWING, answer=ui.answer)(screen)  # an answer shows
+        gated(lambda ui=ui, answer=answer: {ui.status: "", ui.answer: answer}, DRAWING, answer=ui.answer)(
+            screen
+        )  # an answer shows
         parts = list(follow_up(client, ui, screen, *deltas))
         assert [list(part) for part in parts] == [[ui.routing], [panel.perturbed], [panel.grid]]
         assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(tab, answer)))
@@ -387,7 +403,7 @@ def test_examples_are_read_as_their_digit_through_the_upload_handler(client, dig
 def test_slider_deltas_change_the_reconstruction(client, seven):
     capsules, digit = seven
     zero = [0.0] * CAPSULE_DIM
-    moved = [PERTURB_LIMIT] + zero[1:]
+    moved = [PERTURB_LIMIT, *zero[1:]]
     before, after = (np.asarray(perturb(client, capsules, digit, *deltas)) for deltas in (zero, moved))
     assert before.shape == (224, 224)
     assert np.abs(after.astype(int) - before).max() > 0
@@ -421,8 +437,9 @@ def test_empty_canvas_asks_for_a_digit(client, digit_tab):
     assert "⚠️" in blank.status and "blank" in blank.status and blank.capsules is None
 
 
-@pytest.mark.parametrize("value", ["data:image/jpeg;base64,/9j/4AAQ", "data:image/png;base64,not base64!",
-                                   "<img src=x onerror=alert(1)>"])
+@pytest.mark.parametrize(
+    "value", ["data:image/jpeg;base64,/9j/4AAQ", "data:image/png;base64,not base64!", "<img src=x onerror=alert(1)>"]
+)
 def test_a_drawing_that_is_not_a_png_data_url_is_refused_in_words(client, digit_tab, value):
     """The pad's event is public (Gradio's API page): a value it would never send gets a sentence."""
     view = predict_drawing(client, digit_tab, value)
@@ -452,8 +469,12 @@ def test_api_starting_up_is_a_message(digit_tab):
 
 
 def test_import_loads_neither_torch_nor_the_api():
-    code = "import sys, frontend.app; print(sorted({'torch', 'app', 'training'} & {m.split('.')[0] for m in sys.modules}))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import sys, frontend.app; print(sorted({'torch', 'app', 'training'} & {m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -502,10 +523,11 @@ def test_pair_view_shows_the_input_the_overlay_and_each_digit(pair_tab, pair):
 
 def test_either_pair_capsule_can_be_perturbed(client, pair_tab, pair):
     zero = [0.0] * CAPSULE_DIM
-    moved = [PERTURB_LIMIT] + zero[1:]
+    moved = [PERTURB_LIMIT, *zero[1:]]
     for digit in map(int, named_digits(pair.status)):
-        before, after = (np.asarray(perturb(client, pair.capsules, digit, *deltas, model=pair_tab.model))
-                         for deltas in (zero, moved))
+        before, after = (
+            np.asarray(perturb(client, pair.capsules, digit, *deltas, model=pair_tab.model)) for deltas in (zero, moved)
+        )
         assert before.shape == (PAIR_SIDE, PAIR_SIDE)
         assert np.abs(after.astype(int) - before).max() > 0, digit
 
@@ -523,8 +545,11 @@ def test_fashion_examples_are_named_by_their_class(client, fashion_tab):
     names = fashion_tab.classes
     assert len(FASHION_EXAMPLES) == NUM_CLASSES
     views = [predict_upload(client, fashion_tab, str(path)) for path in FASHION_EXAMPLES]
-    wrong = [(path.name, names[view.digit]) for path, view in zip(FASHION_EXAMPLES, views)
-             if view.digit != int(path.name.split("_")[0])]
+    wrong = [
+        (path.name, names[view.digit])
+        for path, view in zip(FASHION_EXAMPLES, views, strict=True)
+        if view.digit != int(path.name.split("_")[0])
+    ]
     assert len(wrong) <= 2, f"(example, predicted) for the misread garments: {wrong}"
     for view in views:
         assert view.status.startswith(f"## Prediction: **{names[view.digit]}**")
@@ -537,9 +562,11 @@ def test_fashion_view_has_every_panel(client, fashion_tab):
     assert view.lengths.size[0] > 0 and routing_view(fashion_tab, view.answer).size[0] > 0
     assert "runner-up " in view.status and "fashion-mnist" in view.footer
     zero = [0.0] * CAPSULE_DIM
-    moved = [PERTURB_LIMIT] + zero[1:]
-    before, after = (np.asarray(perturb(client, view.capsules, view.digit, *deltas, model=fashion_tab.model))
-                     for deltas in (zero, moved))
+    moved = [PERTURB_LIMIT, *zero[1:]]
+    before, after = (
+        np.asarray(perturb(client, view.capsules, view.digit, *deltas, model=fashion_tab.model))
+        for deltas in (zero, moved)
+    )
     assert np.abs(after.astype(int) - before).max() > 0
 
 

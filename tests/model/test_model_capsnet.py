@@ -1,10 +1,19 @@
 """CapsNet layers: parameter counts, shapes, capsule ordering, masking, and the margin loss (Eq. 4)."""
+
 import pytest
 import torch
 
 from model import contract
-from model.capsnet import (CapsNet, CapsNetConfig, DigitCaps, PrimaryCaps, StridedConv2d, margin_loss, mask_capsules,
-                           reconstruction_loss)
+from model.capsnet import (
+    CapsNet,
+    CapsNetConfig,
+    DigitCaps,
+    PrimaryCaps,
+    StridedConv2d,
+    margin_loss,
+    mask_capsules,
+    reconstruction_loss,
+)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +93,7 @@ def test_margin_loss_worked_example():
     """Eq. 4 with m+ = 0.9, m- = 0.1, lambda = 0.5, summed over classes."""
     lengths = torch.tensor([[0.5, 0.3, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.95]])
     # class 0 present: (0.9 - 0.5)^2 = 0.16; absent 1: 0.5 (0.3 - 0.1)^2 = 0.02; absent 9: 0.5 (0.85)^2
-    expected = 0.16 + 0.02 + 0.5 * 0.85 ** 2
+    expected = 0.16 + 0.02 + 0.5 * 0.85**2
     assert margin_loss(lengths, torch.tensor([0])).item() == pytest.approx(expected, rel=1e-6)
     perfect = torch.tensor([[0.95] + [0.05] * 9])
     assert margin_loss(perfect, torch.tensor([0])).item() == 0.0
@@ -134,7 +143,7 @@ def test_strided_conv_has_nn_conv2ds_values_and_gradients():
             (y.float() * g).sum().backward()
             grads.append((y.detach().float(), x.grad.clone(), module.weight.grad.clone(), module.bias.grad.clone()))
     for ours, theirs, tol in ((grads[0], grads[2], 1e-4), (grads[1], grads[3], 2e-2)):  # fp32, bf16
-        for a, b in zip(ours, theirs):
+        for a, b in zip(ours, theirs, strict=True):
             assert a.dtype == b.dtype == torch.float32
             assert (a - b).abs().max() <= tol * b.abs().max()
     assert isinstance(PrimaryCaps().conv, StridedConv2d)

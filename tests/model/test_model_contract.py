@@ -1,4 +1,5 @@
 """model.contract is the one place the ONNX names live, and it costs no torch."""
+
 import json
 import subprocess
 import sys
@@ -24,6 +25,7 @@ def test_shapes_follow_the_input_size_as_the_network_does():
     import torch
 
     from model.capsnet import CapsNet, CapsNetConfig
+
     for size in (28, 36, 40):
         shapes = contract.capsnet_shapes(size)
         with torch.no_grad():  # the convolutions themselves, not the formula, give the grid
@@ -38,6 +40,7 @@ def test_every_shipped_model_has_one_folder_of_the_same_shape():
     """models/<name>/ each: the two graphs and a card, the graph's input as the card says (no other place
     says what a model reads), and nothing of a model left in the code's folder."""
     import onnx
+
     assert [folder.name for folder in contract.SHIPPED.values()] == list(contract.SHIPPED)
     for name, folder in contract.SHIPPED.items():
         assert folder.parent == contract.MODELS_DIR and folder.is_dir(), name

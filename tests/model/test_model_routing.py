@@ -1,4 +1,5 @@
 """squash (Eq. 1) and dynamic routing (Procedure 1) against the paper, and the fused training path against both."""
+
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from model.routing import capsule_length, digit_routing, dynamic_routing, fused_
 def test_squash_maps_length_as_eq1_and_keeps_direction(norm):
     direction = torch.nn.functional.normalize(torch.randn(5, 16), dim=-1)
     v = squash(direction * norm)
-    expected = norm ** 2 / (1 + norm ** 2)
+    expected = norm**2 / (1 + norm**2)
     assert torch.allclose(v.norm(dim=-1), torch.full((5,), expected), atol=1e-6)
     if norm > 0:
         assert torch.allclose(torch.nn.functional.normalize(v, dim=-1), direction, atol=1e-5)
@@ -31,7 +32,6 @@ def test_coupling_rows_sum_to_one_and_shapes():
     assert v.shape == (4, 10, 16) and c.shape == (4, 1152, 10)
     assert torch.allclose(c.sum(dim=2), torch.ones(4, 1152), atol=1e-6)
     assert (v.norm(dim=-1) < 1).all()
-
 
 
 def test_one_iteration_output_is_eq2_with_uniform_c():
@@ -108,7 +108,7 @@ def test_fused_digit_routing_matches_procedure_1_and_its_gradients(iters, chunk)
     gv, gc = torch.randn_like(v), torch.randn_like(c)  # a loss through both outputs
     ref = torch.autograd.grad((v_ref * gv).sum() + (c_ref * gc).sum(), (u, W))
     got = torch.autograd.grad((v * gv).sum() + (c * gc).sum(), (u, W))
-    for a, b in zip(got, ref):
+    for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b)
     assert torch.autograd.gradcheck(lambda a, b: fused_digit_routing(a, b, iters, chunk), (u, W))
 
@@ -117,10 +117,10 @@ def test_training_forward_uses_the_fused_routing_with_the_same_result():
     """DigitCaps in training (fused, no votes stored) and in eval (plain Procedure 1) agree."""
     torch.manual_seed(0)
     layer, u = DigitCaps(), torch.randn(3, 1152, 8, requires_grad=True)
-    v, lengths, c, votes = layer.train()(u)
+    v, _lengths, c, votes = layer.train()(u)
     assert votes is None and v.requires_grad
     with torch.no_grad():
-        v_eval, lengths_eval, c_eval, votes_eval = layer.eval()(u)
+        v_eval, _lengths_eval, c_eval, votes_eval = layer.eval()(u)
     assert votes_eval.shape == (3, 1152, 10, 16)
     torch.testing.assert_close(v, v_eval)
     torch.testing.assert_close(c, c_eval)
@@ -147,5 +147,5 @@ def test_fused_digit_routing_is_fp32_under_bf16_autocast_and_with_bf16_inputs():
         v, c, grad_u, grad_W = run(u_in, W, gv_in, gc_in, amp=True)
         assert v.dtype == c.dtype == grad_W.dtype == torch.float32
         assert grad_u.dtype == u_in.dtype  # each gradient in its input's dtype
-        for a, b in zip((v, c, grad_u, grad_W), ref):
+        for a, b in zip((v, c, grad_u, grad_W), ref, strict=True):
             torch.testing.assert_close(a, b.to(a.dtype), rtol=0, atol=1e-5)

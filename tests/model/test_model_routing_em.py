@@ -1,4 +1,5 @@
 """EM routing (matrix capsules, tutorial Eqs. 20-29) on hand-made votes, and the em CapsNet."""
+
 import math
 
 import pytest
@@ -136,7 +137,7 @@ def test_primary_matrix_capsules_follow_the_capsule_index():
         layer.pose.bias.zero_()
         layer.pose.bias[3 * 16 + 5] = 1.0  # type 3, pose entry 5, everywhere
     pose, _ = layer(x)
-    assert (pose[0, 3 * 36:4 * 36, 5] == 1).all() and pose.abs().sum() == 36
+    assert (pose[0, 3 * 36 : 4 * 36, 5] == 1).all() and pose.abs().sum() == 36
 
 
 def test_em_capsnet_keeps_the_contract_shapes():

@@ -1,4 +1,5 @@
 """QP-regularised routing (qp-regularized-routing.txt, Eqs. 5-15) on a worked example, and the qp CapsNet."""
+
 import pytest
 import torch
 
@@ -9,12 +10,18 @@ from model.routing import QPRouting, qp_agreement, qp_routing, qp_update, squash
 @pytest.fixture
 def example():
     """Two observations (labels 0 and 1), two children, two parents, 2-D votes u_hat[k, i, j]."""
-    u_hat = torch.tensor([
-        [[[1.0, 0.0], [1.0, 1.0]],  # k = 0, child 0: votes for parent 0 and parent 1
-         [[0.0, 1.0], [0.0, 0.0]]],  # k = 0, child 1
-        [[[0.0, 0.0], [0.0, 1.0]],  # k = 1, child 0
-         [[1.0, 0.0], [1.0, 0.0]]],  # k = 1, child 1
-    ])
+    u_hat = torch.tensor(
+        [
+            [
+                [[1.0, 0.0], [1.0, 1.0]],  # k = 0, child 0: votes for parent 0 and parent 1
+                [[0.0, 1.0], [0.0, 0.0]],
+            ],  # k = 0, child 1
+            [
+                [[0.0, 0.0], [0.0, 1.0]],  # k = 1, child 0
+                [[1.0, 0.0], [1.0, 0.0]],
+            ],  # k = 1, child 1
+        ]
+    )
     b = torch.tensor([[0.5, 1.0], [-1.0, 0.5]])  # b[i, j]
     return u_hat, b, torch.tensor([0, 1])
 
@@ -58,8 +65,8 @@ def test_updates_ascend_the_objective_of_eqs_12_and_14(penalty):
     b = torch.randn(9, 4, requires_grad=True)
     delta = 2 * torch.nn.functional.one_hot(y, 4) - 1
     s = torch.einsum("ij,bijd->bjd", b, u_hat)
-    penalty_term = (b ** 2).sum() if penalty == "l2" else b.abs().sum()
-    J = (delta * (s ** 2).sum(-1)).sum() - 0.05 * penalty_term
+    penalty_term = (b**2).sum() if penalty == "l2" else b.abs().sum()
+    J = (delta * (s**2).sum(-1)).sum() - 0.05 * penalty_term
     (grad,) = torch.autograd.grad(J, b)
     new = qp_update(b.detach(), qp_agreement(u_hat, b.detach(), y), lr=1e-2, lam=0.05, penalty=penalty)
     assert torch.allclose(new, b.detach() + 1e-2 * grad, atol=1e-5)

@@ -3,6 +3,7 @@ from the files (sha256, the ONNX graphs' inputs, outputs and weights, against mo
 from the graphs run on the committed fixtures (tests/fixtures), never read back from the card or from
 the code that wrote it (training/evaluate.py, training/export.py). The Fashion-MNIST and MultiMNIST
 cards' errors are checked the same way in tests/training/test_experiments_*.py."""
+
 import hashlib
 import json
 import math
@@ -46,13 +47,15 @@ def graph_io(path) -> tuple[list, list]:
 
     def dims(node):
         return [d.dim_param or d.dim_value for d in node.type.tensor_type.shape.dim]
+
     return [(i.name, dims(i)) for i in graph.input], [(o.name, dims(o)) for o in graph.output]
 
 
 def predictions(path, images: np.ndarray) -> np.ndarray:
     """The class of each uint8 image (N, 28, 28), as the contract feeds it (float32 in [0, 1])."""
     (lengths,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        [contract.LENGTHS], {contract.IMAGE: images[:, None].astype(np.float32) / 255})
+        [contract.LENGTHS], {contract.IMAGE: images[:, None].astype(np.float32) / 255}
+    )
     return lengths.argmax(1)
 
 
@@ -88,8 +91,10 @@ def test_graphs_are_the_contracts_at_the_cards_sizes(name):
     graphs = [contract.CAPSNET_ONNX] + [contract.CAPSNET_INT8_ONNX] * (folder / contract.CAPSNET_INT8_ONNX).is_file()
     for graph in graphs:
         assert graph_io(folder / graph) == capsnet, (name, graph)
-    assert graph_io(folder / contract.DECODER_ONNX) == ([(k, shapes[k]) for k in contract.DECODER_INPUTS],
-                                                        [(k, shapes[k]) for k in contract.DECODER_OUTPUTS])
+    assert graph_io(folder / contract.DECODER_ONNX) == (
+        [(k, shapes[k]) for k in contract.DECODER_INPUTS],
+        [(k, shapes[k]) for k in contract.DECODER_OUTPUTS],
+    )
     assert list(card["inputs"].items()) == capsnet[0] and list(card["outputs"].items()) == capsnet[1]
     _, primary, classes = shapes[contract.ROUTING]
     assert serving["primary_capsules"]["count"] == primary and len(serving["classes"]) == classes
@@ -105,8 +110,11 @@ def test_card_names_its_files_and_counts_their_weights(name):
     assert card["version"] == sha12(folder / contract.CAPSNET_ONNX)
     if "int8" in card:
         assert card["int8"]["version"] == sha12(folder / card["int8"]["file"])
-    weights = [t for t in onnx.load(str(folder / contract.CAPSNET_ONNX), load_external_data=False).graph.initializer
-               if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)]
+    weights = [
+        t
+        for t in onnx.load(str(folder / contract.CAPSNET_ONNX), load_external_data=False).graph.initializer
+        if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)
+    ]
     parameters = sum(math.prod(t.dims) for t in weights)
     assert card["parameters"] == parameters
     assert card["stored_weights"] == "fp16"
@@ -124,13 +132,15 @@ def test_decoder_graph_draws_what_the_capsnet_graph_draws(name, mnist_fixture):
     x = np.pad(mnist_fixture[0][:16], ((0, 0), (margin, size - 28 - margin), (margin, size - 28 - margin)))
     x = x[:, None].astype(np.float32) / 255
     capsnet = ort.InferenceSession(str(folder / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
-    lengths, capsules, drawn = capsnet.run([contract.LENGTHS, contract.CAPSULES, contract.RECONSTRUCTION],
-                                           {contract.IMAGE: x})
+    lengths, capsules, drawn = capsnet.run(
+        [contract.LENGTHS, contract.CAPSULES, contract.RECONSTRUCTION], {contract.IMAGE: x}
+    )
     masked = np.zeros_like(capsules)
     rows, longest = np.arange(len(x)), lengths.argmax(1)
     masked[rows, longest] = capsules[rows, longest]
     (redrawn,) = ort.InferenceSession(str(folder / contract.DECODER_ONNX), providers=["CPUExecutionProvider"]).run(
-        [contract.RECONSTRUCTION], {contract.CAPSULES: masked})
+        [contract.RECONSTRUCTION], {contract.CAPSULES: masked}
+    )
     np.testing.assert_allclose(redrawn, drawn, rtol=0, atol=1e-5)
 
 

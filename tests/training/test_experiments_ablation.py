@@ -1,5 +1,6 @@
 """Table 1's ablation: each variant's switches change exactly what they say, the convergence measure
 is appendix A's mean |delta b_ij|, and the experiment's command writes its rows and plot."""
+
 import json
 from dataclasses import asdict, replace
 
@@ -17,8 +18,10 @@ def model_of(variant: str, tmp_path) -> CapsNet:
     return CapsNet(model_config)
 
 
-@pytest.mark.parametrize("variant, iters, decoder", [
-    ("r1-no-recon", 1, False), ("r1-recon", 1, True), ("r3-no-recon", 3, False), ("r3-recon", 3, True)])
+@pytest.mark.parametrize(
+    "variant, iters, decoder",
+    [("r1-no-recon", 1, False), ("r1-recon", 1, True), ("r3-no-recon", 3, False), ("r3-recon", 3, True)],
+)
 def test_variant_switches_change_routing_and_decoder_only(variant, iters, decoder, tmp_path):
     model = model_of(variant, tmp_path)
     assert model.digits.routing.iters == iters and (model.decoder is not None) == decoder
@@ -41,7 +44,7 @@ def test_one_iteration_has_uniform_couplings_and_three_differ():
     torch.manual_seed(0)
     u_hat = torch.randn(2, 50, 10, 16)
     v1, c1 = dynamic_routing(u_hat, 1)
-    v3, c3 = dynamic_routing(u_hat, 3)
+    _v3, c3 = dynamic_routing(u_hat, 3)
     assert torch.allclose(c1, torch.full_like(c1, 0.1)) and not torch.allclose(c3, c1)
     assert torch.allclose(v1, squash(0.1 * u_hat.sum(1)), atol=1e-6)  # r=1: v_j = squash(sum_i u_hat_j|i / 10)
 
@@ -61,12 +64,31 @@ def test_routing_logit_changes_are_the_agreements_added_per_iteration():
 
 @pytest.mark.slow
 def test_cli_trains_four_variants_and_plots_convergence(idx_dir, tmp_path):
-    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--batch-size", "32",
-            "--epochs", "1", "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path),
-            "--figure", str(tmp_path / "conv.png"), "--max-iters", "4", "--curve-images", "20"]
-    ablation.main(argv + ["--seeds", "0"])
+    argv = [
+        "--data-dir",
+        str(idx_dir),
+        "--val-size",
+        "100",
+        "--train-limit",
+        "64",
+        "--batch-size",
+        "32",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "runs"),
+        "--results-dir",
+        str(tmp_path),
+        "--figure",
+        str(tmp_path / "conv.png"),
+        "--max-iters",
+        "4",
+        "--curve-images",
+        "20",
+    ]
+    ablation.main([*argv, "--seeds", "0"])
     first = (tmp_path / "runs" / "r3-recon" / "seed0" / "best.pt").stat().st_mtime_ns
-    result = ablation.main(argv + ["--seeds", "0", "1"])  # seed 0 is kept, seed 1 is trained
+    result = ablation.main([*argv, "--seeds", "0", "1"])  # seed 0 is kept, seed 1 is trained
     assert (tmp_path / "runs" / "r3-recon" / "seed0" / "best.pt").stat().st_mtime_ns == first
     record = json.loads((tmp_path / "ablation.json").read_text())
     assert [r["variant"] for r in record["rows"]] == list(ablation.VARIANTS)
@@ -74,7 +96,7 @@ def test_cli_trains_four_variants_and_plots_convergence(idx_dir, tmp_path):
     assert all(r["reduced"] and r["train_images"] == 64 for r in record["rows"])
     for r in record["rows"]:  # two trials each: the row is their mean, with their sample std
         assert len(r["trials"]) == 2 and r["ours"] == pytest.approx(sum(r["trials"]) / 2, abs=0.011)
-        assert r["std"] == pytest.approx(abs(r["trials"][0] - r["trials"][1]) / 2 ** 0.5, abs=0.011)
+        assert r["std"] == pytest.approx(abs(r["trials"][0] - r["trials"][1]) / 2**0.5, abs=0.011)
     assert set(record["convergence"]["curves"]) == {"trained with r=3", "trained with r=1"}
     assert all(len(c) == 4 for c in result["curves"].values())
     assert (tmp_path / "conv.png").stat().st_size > 5_000

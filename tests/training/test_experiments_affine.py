@@ -1,5 +1,6 @@
 """Affine robustness: the translated and affNIST-like generators draw what they document, the CNN
 baseline is the promised kind of model, and the experiment's command writes its result."""
+
 import json
 import math
 
@@ -41,8 +42,8 @@ def test_affnist_like_is_deterministic_and_draws_within_the_documented_ranges(di
     a, pa = affine.affnist_like(digits, torch.Generator().manual_seed(0))
     b, pb = affine.affnist_like(digits, torch.Generator().manual_seed(0))
     c, _ = affine.affnist_like(digits, torch.Generator().manual_seed(1))
-    assert torch.equal(a, b) and all(torch.equal(u, v) for u, v in zip(pa, pb)) and not torch.equal(a, c)
-    assert a.shape == (300, 1, 40, 40) and 0 <= a.min() and a.max() <= 1
+    assert torch.equal(a, b) and all(torch.equal(u, v) for u, v in zip(pa, pb, strict=True)) and not torch.equal(a, c)
+    assert a.shape == (300, 1, 40, 40) and a.min() >= 0 and a.max() <= 1
     assert pa.rotation.abs().max() <= affine.ROTATION and pa.rotation.abs().max() > 0.8 * affine.ROTATION
     assert pa.shear.abs().max() <= affine.SHEAR
     for s in (pa.scale_x, pa.scale_y):
@@ -91,13 +92,33 @@ def test_cnn_baseline_has_pooling_dropout_and_about_the_capsnets_parameters():
 
 @pytest.mark.slow
 def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
-    affine.main(["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "128", "--epochs", "1",
-                 "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path),
-                 "--figure", str(tmp_path / "sets.png"), "--model-dir", str(tmp_path / "model")])
+    affine.main(
+        [
+            "--data-dir",
+            str(idx_dir),
+            "--val-size",
+            "100",
+            "--train-limit",
+            "128",
+            "--epochs",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+            "--results-dir",
+            str(tmp_path),
+            "--figure",
+            str(tmp_path / "sets.png"),
+            "--model-dir",
+            str(tmp_path / "model"),
+        ]
+    )
     record = json.loads((tmp_path / "affine.json").read_text())
     assert [(r["model"], r["metric"].split(" test")[0]) for r in record["rows"]] == [
-        ("CapsNet", "expanded MNIST"), ("CapsNet", "affNIST-like"),
-        ("CNN baseline", "expanded MNIST"), ("CNN baseline", "affNIST-like")]
+        ("CapsNet", "expanded MNIST"),
+        ("CapsNet", "affNIST-like"),
+        ("CNN baseline", "expanded MNIST"),
+        ("CNN baseline", "affNIST-like"),
+    ]
     assert [r["paper"] for r in record["rows"]] == [99.23, 79.0, 99.22, 66.0]
     assert all(r["reduced"] and 0 <= r["ours"] <= 100 and r["train_images"] == 128 for r in record["rows"])
     assert record["ranges"] == {"rotation_deg": affine.ROTATION, "shear": affine.SHEAR, "scale": list(affine.SCALE)}
@@ -113,11 +134,14 @@ def test_cli_trains_both_models_and_writes_four_rows(idx_dir, tmp_path):
 def test_shipped_affine_capsnet_reads_translated_and_affine_digits(digits, digit_labels):
     """models/affine/: the 40x40 CapsNet of the affine experiment, its card measured on its graph."""
     import onnxruntime as ort
+
     shipped = contract.SHIPPED["affine"]
     card = json.loads((shipped / contract.MODEL_CARD).read_text())
     sess = ort.InferenceSession(str(shipped / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
-    for name, x in (("expanded MNIST", affine.translate(digits, torch.Generator().manual_seed(5))),
-                    ("affNIST-like", affine.affnist_like(digits, torch.Generator().manual_seed(5))[0])):
+    for name, x in (
+        ("expanded MNIST", affine.translate(digits, torch.Generator().manual_seed(5))),
+        ("affNIST-like", affine.affnist_like(digits, torch.Generator().manual_seed(5))[0]),
+    ):
         (lengths,) = sess.run([contract.LENGTHS], {contract.IMAGE: x.numpy()})
         right = (lengths.argmax(1) == digit_labels.numpy()).mean()
         measured = card["expanded_mnist_accuracy"] if name == "expanded MNIST" else card["test_accuracy"]
@@ -127,6 +151,7 @@ def test_shipped_affine_capsnet_reads_translated_and_affine_digits(digits, digit
 
 def test_training_batches_are_drawn_without_a_host_sync(digits):
     from tests.training.test_training_train import HostSyncs
+
     split = data.Split(digits, torch.zeros(len(digits), dtype=torch.long))
     task = affine.TranslatedDigits({"train": split, "val": split}, seed=0)
     with HostSyncs() as mode:

@@ -1,5 +1,6 @@
 """Fashion-MNIST: the experiment's command trains (or resumes), exports to its shipped place with a
 card, and writes a result row read from that card; the shipped model and its row agree."""
+
 import json
 
 import numpy as np
@@ -15,8 +16,24 @@ from training.export import sha256
 
 @pytest.mark.slow
 def test_cli_trains_exports_and_resumes_without_retraining(idx_dir, tmp_path):
-    argv = ["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "64", "--batch-size", "32",
-            "--epochs", "1", "--out", str(tmp_path / "run"), "--model-dir", str(tmp_path / "model"), "--results-dir", str(tmp_path)]
+    argv = [
+        "--data-dir",
+        str(idx_dir),
+        "--val-size",
+        "100",
+        "--train-limit",
+        "64",
+        "--batch-size",
+        "32",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--model-dir",
+        str(tmp_path / "model"),
+        "--results-dir",
+        str(tmp_path),
+    ]
     card = fashion.main(argv)  # the fixture is MNIST standing in for Fashion-MNIST's files
     assert card["name"] == "capsnet-fashion-mnist" and card["dataset"] == "fashion-mnist"
     assert card["test_count"] == 200 and card["parity_max_abs_diff"] < 1e-4

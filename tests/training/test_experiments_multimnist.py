@@ -1,6 +1,7 @@
 """MultiMNIST: the pair generator does what section 6 says, the 36x36 model fits the contract, and
 the experiment's one command trains, measures, draws Fig. 5 and exports a model with its card; the
 shipped model reads the card's own test pairs as its card says."""
+
 import gzip
 import hashlib
 import json
@@ -41,7 +42,8 @@ def wrong_pairs(graph, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Positions of the pairs the graph gets wrong by the paper's metric, written here apart from
     multimnist.both_right: its two longest capsules are not the two digits' classes."""
     (lengths,) = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"]).run(
-        [contract.LENGTHS], {contract.IMAGE: images})
+        [contract.LENGTHS], {contract.IMAGE: images}
+    )
     top2 = np.sort(np.argsort(-lengths, axis=1)[:, :2], axis=1)
     return np.flatnonzero((top2 != np.sort(labels, axis=1)).any(axis=1))
 
@@ -54,7 +56,7 @@ def centre_of_mass(x: torch.Tensor) -> torch.Tensor:
 
 def test_pairs_are_deterministic_by_seed(split):
     a, b, c = pairs(split, 0), pairs(split, 0), pairs(split, 1)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(a.images, c.images) and not torch.equal(a.labels, c.labels)
 
 
@@ -87,9 +89,13 @@ def test_place_refuses_shifts_that_would_cut_ink():
 
 
 def test_both_right_is_the_papers_metric():
-    lengths = torch.tensor([[0.9, 0.8, 0.1, 0, 0, 0, 0, 0, 0, 0],    # 0 and 1: right in either order
-                            [0.9, 0.1, 0.8, 0, 0, 0, 0, 0, 0, 0],    # 0 and 2: one label wrong
-                            [0.1, 0.9, 0.95, 0, 0, 0, 0, 0, 0, 0]])  # 2 then 1
+    lengths = torch.tensor(
+        [
+            [0.9, 0.8, 0.1, 0, 0, 0, 0, 0, 0, 0],  # 0 and 1: right in either order
+            [0.9, 0.1, 0.8, 0, 0, 0, 0, 0, 0, 0],  # 0 and 2: one label wrong
+            [0.1, 0.9, 0.95, 0, 0, 0, 0, 0, 0, 0],
+        ]
+    )  # 2 then 1
     labels = torch.tensor([[1, 0], [0, 1], [1, 2]])
     assert mm.both_right(lengths, labels).tolist() == [True, False, True]
 
@@ -100,8 +106,12 @@ def test_36x36_capsnet_matches_the_multimnist_contract(split):
     p = pairs(split, 0, n=3)
     with torch.no_grad():
         out = model(p.images)
-    got = {contract.LENGTHS: out.lengths, contract.CAPSULES: out.capsules, contract.ROUTING: out.routing,
-           contract.RECONSTRUCTION: out.reconstruction}
+    got = {
+        contract.LENGTHS: out.lengths,
+        contract.CAPSULES: out.capsules,
+        contract.ROUTING: out.routing,
+        contract.RECONSTRUCTION: out.reconstruction,
+    }
     for name, tensor in got.items():
         assert tuple(tensor.shape[1:]) == contract.capsnet_shapes(contract.MULTIMNIST_SIZE)[name][1:], name
 
@@ -125,9 +135,26 @@ def test_pair_loss_reconstructs_each_digit_from_its_own_capsule(split, monkeypat
 @pytest.mark.slow
 def test_cli_trains_draws_and_ships_a_model_with_its_card(idx_dir, tmp_path, mnist_fixture):
     out = tmp_path / "run"
-    mm.main(["--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "128", "--epochs", "1",
-             "--out", str(out), "--model-dir", str(tmp_path / "model"), "--results-dir", str(tmp_path),
-             "--figure", str(tmp_path / "fig5.png")])
+    mm.main(
+        [
+            "--data-dir",
+            str(idx_dir),
+            "--val-size",
+            "100",
+            "--train-limit",
+            "128",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "--model-dir",
+            str(tmp_path / "model"),
+            "--results-dir",
+            str(tmp_path),
+            "--figure",
+            str(tmp_path / "fig5.png"),
+        ]
+    )
     card = json.loads((tmp_path / "model" / contract.MODEL_CARD).read_text())
     graph = tmp_path / "model" / contract.CAPSNET_ONNX
     assert card["name"] == "capsnet-multimnist" and card["dataset_sha256"] == data.CHECKSUMS["mnist"]
@@ -171,9 +198,9 @@ def card_pairs(card, mnist_fixture) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     assert hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest() == data.CHECKSUMS["mnist"][name]
     labels = data.read_idx(path).astype(np.int64)
     images, first_labels = mnist_fixture
-    assert (labels[:len(first_labels)] == first_labels).all()
+    assert (labels[: len(first_labels)] == first_labels).all()
     canvas = np.full((len(labels), 28, 28), 255, np.uint8)
-    canvas[:len(images)] = images
+    canvas[: len(images)] = images
     seed = int(re.search(r"seed (\d+)", card["test_set"]).group(1))
     split = data.Split(torch.from_numpy(canvas), torch.from_numpy(labels))
     index, x, y = [], [], []
@@ -208,6 +235,7 @@ def test_results_row_states_the_cards_error_rate(card):
 def test_partners_are_other_classes_drawn_without_a_host_sync(split):
     """Defect 5: the rejection loop read `same.any()` back to the host several times per batch."""
     from tests.training.test_training_train import HostSyncs
+
     first = torch.arange(1000).repeat(20)
     with HostSyncs() as mode:
         second = mm.partners(split.labels, first, torch.Generator().manual_seed(0))
@@ -227,4 +255,4 @@ def test_partners_are_other_classes_drawn_without_a_host_sync(split):
 def test_lr_decay_suits_multimnists_long_runs():
     """Defect 5: 0.9 per epoch left 0.5% of the LR after 50 epochs; the decay period is 10x MNIST's."""
     decay = mm.parse_args([]).lr_decay
-    assert decay == mm.LR_DECAY and 0.9 < decay ** 50 < 1.0
+    assert decay == mm.LR_DECAY and 0.9 < decay**50 < 1.0

@@ -1,4 +1,5 @@
 """The results table is rebuilt from the experiments' JSON and says what the JSON says."""
+
 import json
 import shutil
 
@@ -27,14 +28,20 @@ def test_every_row_of_every_result_is_in_the_table_with_its_numbers():
 def test_a_changed_number_makes_the_table_stale_and_is_rewritten(tmp_path):
     shutil.copytree(common.RESULTS_DIR, tmp_path / "results")
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
-    argv = ["--results-dir", str(tmp_path / "results"), "--doc", str(tmp_path / "results.md"),
-            "--readme", str(tmp_path / "README.md")]
-    assert results.main(argv) == 0 and results.main(argv + ["--check"]) == 0
+    argv = [
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--doc",
+        str(tmp_path / "results.md"),
+        "--readme",
+        str(tmp_path / "README.md"),
+    ]
+    assert results.main(argv) == 0 and results.main([*argv, "--check"]) == 0
     path = tmp_path / "results" / "multimnist.json"
     record = json.loads(path.read_text())
     record["rows"][0]["ours"] = 12.34
     path.write_text(json.dumps(record))
-    assert results.main(argv + ["--check"]) == 1
+    assert results.main([*argv, "--check"]) == 1
     results.main(argv)
     assert "| 12.34 |" in (tmp_path / "results.md").read_text()
     assert "| 12.34 |" in (tmp_path / "README.md").read_text()

@@ -1,4 +1,5 @@
 """The int8 graph: the convolutions quantised, the capsule layers in fp32, shipped only by its rule."""
+
 import json
 from dataclasses import asdict
 
@@ -21,8 +22,11 @@ def model_dir(tmp_path_factory):
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("model")
     export.export(CapsNet(CapsNetConfig()).eval(), out)
-    card = {"version": "fp32", "model_config": asdict(CapsNetConfig()),
-            "train_config": asdict(TrainConfig(dataset="mnist"))}
+    card = {
+        "version": "fp32",
+        "model_config": asdict(CapsNetConfig()),
+        "train_config": asdict(TrainConfig(dataset="mnist")),
+    }
     (out / contract.MODEL_CARD).write_text(json.dumps(card))
     return out
 
@@ -42,11 +46,12 @@ def test_only_the_convolutions_become_int8(model_dir, mnist_fixture, tmp_path):
         assert x.op_type == w.op_type == "DequantizeLinear" and w.input[0] in int8
     for node in graph.node:  # votes and routing (MatMul) read no dequantised tensors
         if node.op_type == "MatMul":
-            assert not any(producers.get(name) and producers[name].op_type == "DequantizeLinear"
-                           for name in node.input)
+            assert not any(producers.get(name) and producers[name].op_type == "DequantizeLinear" for name in node.input)
     x = images[:16, None].astype(np.float32) / 255
-    fp32, q = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in
-               (model_dir / contract.CAPSNET_ONNX, out))
+    fp32, q = (
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+        for p in (model_dir / contract.CAPSNET_ONNX, out)
+    )
     (a,), (b,) = (s.run([contract.CAPSULES], {contract.IMAGE: x}) for s in (fp32, q))
     # the same capsules up to 8-bit rounding (a random model's are tiny, so not to a fixed tolerance)
     assert np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.95
@@ -55,12 +60,15 @@ def test_only_the_convolutions_become_int8(model_dir, mnist_fixture, tmp_path):
 FP32_MS = {1: 2.0, 64: 40.0}
 
 
-@pytest.mark.parametrize("fp32, int8, int8_ms, shipped", [
-    (0.9960, 0.9955, {1: 1.0, 64: 30.0}, True),  # 0.05 points lower and faster: the rule's edge
-    (0.9960, 0.9954, {1: 1.0, 64: 30.0}, False),  # 0.06 points lower
-    (0.9960, 0.9970, {1: 1.0, 64: 40.0}, False),  # more accurate, but as slow at batch 64
-    (0.9960, 0.9960, {1: 2.5, 64: 30.0}, False),  # slower at batch 1
-])
+@pytest.mark.parametrize(
+    "fp32, int8, int8_ms, shipped",
+    [
+        (0.9960, 0.9955, {1: 1.0, 64: 30.0}, True),  # 0.05 points lower and faster: the rule's edge
+        (0.9960, 0.9954, {1: 1.0, 64: 30.0}, False),  # 0.06 points lower
+        (0.9960, 0.9970, {1: 1.0, 64: 40.0}, False),  # more accurate, but as slow at batch 64
+        (0.9960, 0.9960, {1: 2.5, 64: 30.0}, False),  # slower at batch 1
+    ],
+)
 def test_the_int8_graph_ships_only_if_as_accurate_and_faster(fp32, int8, int8_ms, shipped):
     assert quantize.ships({"fp32": fp32, "int8": int8}, {"fp32": FP32_MS, "int8": int8_ms}) is shipped
 

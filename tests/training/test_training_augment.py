@@ -1,4 +1,5 @@
 """training.data.Augment: the optional augmentations for real-world inputs (issue 13) on batches."""
+
 import numpy as np
 import pytest
 import torch
@@ -17,12 +18,13 @@ def test_off_by_default(batch):
     assert data.Augment()(batch) is batch
 
 
-@pytest.mark.parametrize("kwargs", [dict(rotate=15), dict(scale=0.15), dict(shear=15), dict(stroke=1.0),
-                                    dict(elastic_alpha=2.0)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(rotate=15), dict(scale=0.15), dict(shear=15), dict(stroke=1.0), dict(elastic_alpha=2.0)]
+)
 def test_each_changes_images_within_bounds(batch, kwargs):
     out = data.Augment(**kwargs)(batch, torch.Generator().manual_seed(0))
     assert out.shape == batch.shape and out.dtype == batch.dtype
-    assert 0.0 <= out.min() and out.max() <= 1.0 + 1e-6
+    assert out.min() >= 0.0 and out.max() <= 1.0 + 1e-6
     changed = (out - batch).abs().flatten(1).amax(1) > 0.05
     assert changed.float().mean() > 0.9  # nearly every image moved
     assert (out - batch).abs().mean() < 0.2  # still the same digits, not noise
@@ -31,7 +33,7 @@ def test_each_changes_images_within_bounds(batch, kwargs):
 def test_stroke_jitter_thickens_or_thins(batch):
     out = data.random_stroke(batch, 1.0, torch.Generator().manual_seed(0))
     ink_before, ink_after = batch.sum((1, 2, 3)), out.sum((1, 2, 3))
-    assert ((ink_after > ink_before).any() and (ink_after < ink_before).any())
+    assert (ink_after > ink_before).any() and (ink_after < ink_before).any()
 
 
 def test_same_generator_same_augmentation(batch):

@@ -1,4 +1,5 @@
 """training/cli.py: one command line from the config dataclasses, each setting declared once."""
+
 import argparse
 import dataclasses
 
@@ -26,8 +27,9 @@ def test_every_field_of_the_configs_is_an_option_with_its_comment_as_help():
 
 def test_no_options_give_the_configs_defaults_and_options_set_fields():
     assert train.parse_args([]) == (TrainConfig(), CapsNetConfig())
-    config, model = train.parse_args(["--lr-decay", "0.9", "--no-reconstruction", "--routing", "em", "--compile",
-                                      "--data-dir", "somewhere"])
+    config, model = train.parse_args(
+        ["--lr-decay", "0.9", "--no-reconstruction", "--routing", "em", "--compile", "--data-dir", "somewhere"]
+    )
     assert config == dataclasses.replace(TrainConfig(), lr_decay=0.9, compile=True, data_dir="somewhere")
     assert model == CapsNetConfig(routing="em", reconstruction=False)
 

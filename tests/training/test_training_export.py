@@ -1,4 +1,5 @@
 """Export writes the contract's graphs, checks itself against PyTorch, and writes a model card."""
+
 import hashlib
 import json
 from dataclasses import asdict
@@ -68,17 +69,27 @@ def test_onnx_keeps_the_epsilons(exported):
 def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig())
-    ckpt = {"model": model.state_dict(), "config": asdict(model.config), "epoch": 1, "history": [
-        {"epoch": 1, "val_acc": 0.5}], "train_seconds": 12.0, "hardware": "test", "precision": "fp32",
-        "train_config": asdict(TrainConfig(epochs=3))}
+    ckpt = {
+        "model": model.state_dict(),
+        "config": asdict(model.config),
+        "epoch": 1,
+        "history": [{"epoch": 1, "val_acc": 0.5}],
+        "train_seconds": 12.0,
+        "hardware": "test",
+        "precision": "fp32",
+        "train_config": asdict(TrainConfig(epochs=3)),
+    }
     torch.save(ckpt, tmp_path / "best.pt")
-    export.main(["--checkpoint", str(tmp_path / "best.pt"), "--out-dir", str(tmp_path / "m"), "--data-dir", str(idx_dir)])
+    export.main(
+        ["--checkpoint", str(tmp_path / "best.pt"), "--out-dir", str(tmp_path / "m"), "--data-dir", str(idx_dir)]
+    )
     card = json.loads((tmp_path / "m" / contract.MODEL_CARD).read_text())
     graph = tmp_path / "m" / contract.CAPSNET_ONNX
     assert card["version"] == hashlib.sha256(graph.read_bytes()).hexdigest()[:12]
     images, labels = (a[800:1000] for a in mnist_fixture)  # idx_dir's test split
     (lengths,) = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"]).run(
-        [contract.LENGTHS], {contract.IMAGE: images[:, None].astype(np.float32) / 255})
+        [contract.LENGTHS], {contract.IMAGE: images[:, None].astype(np.float32) / 255}
+    )
     wrong = np.flatnonzero(lengths.argmax(1) != labels).tolist()  # the graph's own errors, on this CPU
     assert card["misclassified"] == wrong and card["test_errors"] == len(wrong) and card["test_count"] == 200
     assert card["test_accuracy"] == pytest.approx(1 - len(wrong) / 200)
@@ -91,9 +102,15 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     assert serving["primary_capsules"] == {"types": 32, "dim": 8, "grid": 6, "count": 1152}
 
 
-@pytest.mark.parametrize("name, kind, size, objects", [
-    ("mnist", "digit", 28, 1), ("fashion-mnist", "garment", 28, 1), ("multimnist", "digit-pair", 36, 2),
-    ("affine", "digit", 40, 1)])
+@pytest.mark.parametrize(
+    "name, kind, size, objects",
+    [
+        ("mnist", "digit", 28, 1),
+        ("fashion-mnist", "garment", 28, 1),
+        ("multimnist", "digit-pair", 36, 2),
+        ("affine", "digit", 40, 1),
+    ],
+)
 def test_describe_writes_what_each_shipped_card_carries(tmp_path, name, kind, size, objects):
     """--describe rebuilds the serving section from a card's own fields: the shipped cards' is that."""
     shipped = json.loads((contract.SHIPPED[name] / contract.MODEL_CARD).read_text())
@@ -110,6 +127,7 @@ def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_pat
     """A model whose weights are fp16 values (an fp16 checkpoint's) ships at about half the size and
     still matches PyTorch; a model with weights fp16 would round keeps its fp32 file."""
     import onnx
+
     model, capsnet_path, _ = exported
     assert not export.store_fp16_if_lossless(capsnet_path)  # random fp32 weights: left as they are
     rounded = CapsNet(CapsNetConfig()).eval()
@@ -126,6 +144,7 @@ def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_pat
 def test_dynamic_routing_exports_as_matmuls(exported):
     """Procedure 1 reaches ONNX as MatMul nodes: ONNX Runtime's CPU Einsum took most of the routing's time."""
     import onnx
+
     ops = {node.op_type for node in onnx.load(str(exported[1])).graph.node}
     assert "MatMul" in ops and "Einsum" not in ops
 
@@ -136,8 +155,12 @@ def test_reexport_rebuilds_the_same_function_from_the_graphs(exported, tmp_path,
     model, capsnet_path, decoder_path = exported
     for path in (capsnet_path, decoder_path):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    card = {"version": "old", "test_accuracy": 0.5, "model_config": asdict(CapsNetConfig()),
-            "train_config": asdict(TrainConfig(dataset="mnist"))}
+    card = {
+        "version": "old",
+        "test_accuracy": 0.5,
+        "model_config": asdict(CapsNetConfig()),
+        "train_config": asdict(TrainConfig(dataset="mnist")),
+    }
     (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
     rebuilt = export.model_from_graphs(tmp_path).state_dict()
     for name, value in model.state_dict().items():
@@ -154,10 +177,12 @@ def test_reexport_refuses_a_graph_that_is_not_the_cards_model(exported, tmp_path
     _, capsnet_path, decoder_path = exported
     for path in (capsnet_path, decoder_path):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    card = {"version": "old", "model_config": asdict(CapsNetConfig(caps_dim=8)),
-            "train_config": asdict(TrainConfig(dataset="mnist"))}
+    card = {
+        "version": "old",
+        "model_config": asdict(CapsNetConfig(caps_dim=8)),
+        "train_config": asdict(TrainConfig(dataset="mnist")),
+    }
     (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
     with pytest.raises(RuntimeError, match="size mismatch"):
         export.reexport(tmp_path, idx_dir)
     assert json.loads((tmp_path / contract.MODEL_CARD).read_text())["version"] == "old"
-

@@ -1,5 +1,6 @@
 """training/finetune.py: a fine-tune starts from a model folder's weights, mixes font digits into every
 batch, logs their held-out accuracy beside MNIST's, checkpoints and resumes as every run does."""
+
 import json
 from pathlib import Path
 
@@ -26,8 +27,16 @@ def test_every_batch_holds_its_share_of_font_digits_and_of_augmented_mnist(mnist
     images, labels = (torch.from_numpy(a[:100].copy()) for a in mnist_fixture)
     splits = {"train": data.Split(images, labels), "val": data.Split(images[:10], labels[:10])}
     bank = data.Split(torch.zeros(5, 28, 28, dtype=torch.uint8), torch.full((5,), 7))  # blank "7"s
-    task = FontMix(splits, bank, bank, font_share=0.25, augment_mnist=0.5, epoch_images=64, max_shift=0,
-                   augment=data.Augment(rotate=90))
+    task = FontMix(
+        splits,
+        bank,
+        bank,
+        font_share=0.25,
+        augment_mnist=0.5,
+        epoch_images=64,
+        max_shift=0,
+        augment=data.Augment(rotate=90),
+    )
     batch = task.draw(torch.arange(16), torch.Generator().manual_seed(0))
     assert batch.x.shape == (16, 1, 28, 28) and task.train_size == 64
     assert (batch.y[-4:] == 7).all() and (batch.x[-4:] == 0).all()  # the last quarter from the bank
@@ -40,8 +49,19 @@ def test_every_batch_holds_its_share_of_font_digits_and_of_augmented_mnist(mnist
 @pytest.mark.slow
 def test_a_few_steps_from_the_shipped_weights_and_a_resume(idx_dir, tmp_path, few_fonts):
     tune = FineTuneConfig(model_dir=str(contract.SHIPPED["mnist"]), font_images=20, font_val_images=10, epoch_images=32)
-    config = TrainConfig(data_dir=str(idx_dir), val_size=100, train_limit=200, batch_size=16, eval_batch_size=100,
-                         epochs=1, lr=1e-4, precision="fp32", device="cpu", out=str(tmp_path), log_every=1)
+    config = TrainConfig(
+        data_dir=str(idx_dir),
+        val_size=100,
+        train_limit=200,
+        batch_size=16,
+        eval_batch_size=100,
+        epochs=1,
+        lr=1e-4,
+        precision="fp32",
+        device="cpu",
+        out=str(tmp_path),
+        log_every=1,
+    )
     run = finetune(config, tune)
     record = run.history[0]
     assert record["step"] == 2 and {"val_acc", "val_fonts_acc"} <= set(record)

@@ -1,5 +1,6 @@
 """training/fonts.py: training-only fonts held apart from the robustness suite's, and digits drawn as
 MNIST's look (every class, 20 px ink box, centre of mass at the centre), the same for a seed."""
+
 from pathlib import Path
 
 import matplotlib
@@ -54,5 +55,5 @@ def test_outline_is_hollow(font_files):
 
 
 def test_no_font_is_an_error_that_says_what_to_install():
-    with pytest.raises(FileNotFoundError, match="training/fonts.py"):
+    with pytest.raises(FileNotFoundError, match=r"training/fonts\.py"):
         fonts.render(10, fonts=[])

@@ -1,4 +1,5 @@
 """Every routing trains with one command, rebuilds from its checkpoint and exports under the contract."""
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -41,26 +42,66 @@ def test_each_routing_exports_and_matches_pytorch(routing, tmp_path, mnist_fixtu
 @pytest.mark.parametrize("routing", ["em", "qp-l2", "qp-l1"])
 def test_cli_trains_and_exports_each_routing(routing, idx_dir, tmp_path):
     out = tmp_path / "run"
-    result = train.main(["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "32",
-                         "--train-limit", "64", "--epochs", "1", "--eval-batch-size", "200",
-                         "--routing", routing, "--out", str(out)])
+    result = train.main(
+        [
+            "--data-dir",
+            str(idx_dir),
+            "--val-size",
+            "100",
+            "--batch-size",
+            "32",
+            "--train-limit",
+            "64",
+            "--epochs",
+            "1",
+            "--eval-batch-size",
+            "200",
+            "--routing",
+            routing,
+            "--out",
+            str(out),
+        ]
+    )
     assert result["run"].kept_epoch == 1 and result["run"].history[0]["train_images_per_s"] > 0
     model, ckpt = load_checkpoint(out / "best.pt")  # weights_only=True inside
     assert ckpt["config"]["routing"] == routing == model.config.routing
     if routing.startswith("qp"):  # Algorithm 1's routing steps ran: b left its uniform start
         b = model.digits.routing.b
         assert torch.isfinite(b).all() and not torch.allclose(b, torch.full_like(b, 0.1))
-    card = export.main(["--checkpoint", str(out / "best.pt"), "--out-dir", str(tmp_path / "m"),
-                        "--data-dir", str(idx_dir), "--no-evaluate"])
+    card = export.main(
+        [
+            "--checkpoint",
+            str(out / "best.pt"),
+            "--out-dir",
+            str(tmp_path / "m"),
+            "--data-dir",
+            str(idx_dir),
+            "--no-evaluate",
+        ]
+    )
     assert card["routing"] == routing and card["parity_max_abs_diff"] <= export.PARITY_TOL
 
 
 @pytest.mark.slow
 def test_qp_alternation_flags(idx_dir, tmp_path):
     """--n-r 0 leaves b at its start; --n-w 2 takes two weight steps per batch (Algorithm 1)."""
-    args = ["--data-dir", str(idx_dir), "--val-size", "100", "--batch-size", "32", "--train-limit", "32",
-            "--epochs", "1", "--eval-batch-size", "200", "--routing", "qp-l2"]
-    train.main(args + ["--n-r", "0", "--n-w", "2", "--out", str(tmp_path / "a")])
+    args = [
+        "--data-dir",
+        str(idx_dir),
+        "--val-size",
+        "100",
+        "--batch-size",
+        "32",
+        "--train-limit",
+        "32",
+        "--epochs",
+        "1",
+        "--eval-batch-size",
+        "200",
+        "--routing",
+        "qp-l2",
+    ]
+    train.main([*args, "--n-r", "0", "--n-w", "2", "--out", str(tmp_path / "a")])
     ckpt = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
     assert torch.equal(ckpt["model"]["digits.routing.b"], torch.full((1152, 10), 0.1))
     assert ckpt["optimizer"]["state"][0]["step"] == 2  # one batch, two Adam steps

@@ -1,6 +1,7 @@
 """The training loop (training/fit.py through train.py): it learns, writes what it promises, keeps
 the right epoch, resumes the data stream exactly, runs under DDP with gloo, never syncs with the
 host inside a step, and runs the routing in fp32 under bf16 autocast."""
+
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -21,10 +23,13 @@ from training.evaluate import evaluate, load_checkpoint, summarise
 from training.export import model_card
 
 
-@pytest.mark.parametrize("routing, n, steps", [
-    ("dynamic", 256, 12),
-    pytest.param("em", 128, 8, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "routing, n, steps",
+    [
+        ("dynamic", 256, 12),
+        pytest.param("em", 128, 8, marks=pytest.mark.slow),
+    ],
+)
 def test_a_few_steps_lower_the_loss(mnist_fixture, routing, n, steps):
     torch.manual_seed(0)
     images, labels = mnist_fixture
@@ -48,8 +53,19 @@ def test_a_few_steps_lower_the_loss(mnist_fixture, routing, n, steps):
 
 def config(idx_dir, out, **kw) -> tc.TrainConfig:
     """A tiny fp32 run on the fixture's IDX files: 192 training images, 3 batches of 64."""
-    fields = dict(data_dir=str(idx_dir), val_size=100, train_limit=192, batch_size=64, eval_batch_size=200,
-                  lr_decay=0.9, epochs=1, precision="fp32", device="cpu", out=str(out), log_every=1)
+    fields = dict(
+        data_dir=str(idx_dir),
+        val_size=100,
+        train_limit=192,
+        batch_size=64,
+        eval_batch_size=200,
+        lr_decay=0.9,
+        epochs=1,
+        precision="fp32",
+        device="cpu",
+        out=str(out),
+        log_every=1,
+    )
     return tc.TrainConfig(**{**fields, **kw})
 
 
@@ -80,7 +96,7 @@ def test_recon_weight_option_reaches_the_model():
 def test_val_size_zero_trains_on_everything_and_keeps_the_last_epoch(idx_dir, tmp_path):
     """Defect 2: --val-size 0 crashed in evaluate; now the last epoch is kept and the card says so."""
     cfg = config(idx_dir, tmp_path / "all", val_size=0, train_limit=0, epochs=2)
-    model, run, test = train.train(cfg, CapsNetConfig())
+    _model, run, _test = train.train(cfg, CapsNetConfig())
     assert run.kept_epoch == 2 and all("val_acc" not in h for h in run.history)
     assert run.images_per_epoch == 768  # all 800 fixture 'train' images, cut to whole batches of 64
     ckpt = torch.load(tmp_path / "all" / "best.pt", weights_only=True)
@@ -93,9 +109,9 @@ def test_val_size_zero_trains_on_everything_and_keeps_the_last_epoch(idx_dir, tm
 @pytest.mark.slow
 def test_resume_continues_the_data_stream(idx_dir, tmp_path):
     """Defect 3: a resumed run must equal an uninterrupted one (order and shifts continue, not replay)."""
-    straight, _, _ = train.train(config(idx_dir, tmp_path / "a", epochs=2), CapsNetConfig())
+    _straight, _, _ = train.train(config(idx_dir, tmp_path / "a", epochs=2), CapsNetConfig())
     train.train(config(idx_dir, tmp_path / "b", epochs=1), CapsNetConfig())
-    resumed, run, _ = train.train(config(idx_dir, tmp_path / "b", epochs=2, resume=True), CapsNetConfig())
+    _resumed, run, _ = train.train(config(idx_dir, tmp_path / "b", epochs=2, resume=True), CapsNetConfig())
     assert [h["epoch"] for h in run.history] == [1, 2]
     a = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "b" / "last.pt", weights_only=True)["model"]
@@ -112,6 +128,7 @@ def test_eval_every_validates_and_checkpoints_only_every_n_epochs(idx_dir, tmp_p
         def validate(self, model):
             calls.append(1)
             return super().validate(model)
+
     splits = train.load_splits(config(idx_dir, tmp_path))
     cfg = config(idx_dir, tmp_path / "e", epochs=3, eval_every=2)
     run = fit.fit(CapsNet(CapsNetConfig()), Counting(splits, 2, 200), cfg, log=lambda _: None)
@@ -124,19 +141,22 @@ def test_time_limit_ends_the_run_at_the_epoch_that_passes_it(idx_dir, tmp_path):
     """A run stopped by its time limit validates and checkpoints that epoch as the last, and its
     checkpoint and card say how many of the planned epochs ran."""
     cfg = config(idx_dir, tmp_path / "t", epochs=5, eval_every=3, time_limit=1e-3)
-    model, run, _ = train.train(cfg, CapsNetConfig())
+    _model, run, _ = train.train(cfg, CapsNetConfig())
     assert run.epochs_run == 1 and [h["epoch"] for h in run.history] == [1] and run.kept_epoch == 1
     ckpt = torch.load(tmp_path / "t" / "best.pt", weights_only=True)
     assert ckpt["epochs_run"] == 1 and ckpt["train_config"]["epochs"] == 5
     assert torch.load(tmp_path / "t" / "last.pt", weights_only=True)["epoch"] == 1
     card = model_card(ckpt, tmp_path / "t" / "best.pt", 0.0, None)
-    assert card["run_epochs"] == 1 and "1 of the 5 planned epochs (stopped by its 0.001 s time limit)" in card["selection"]
+    assert (
+        card["run_epochs"] == 1 and "1 of the 5 planned epochs (stopped by its 0.001 s time limit)" in card["selection"]
+    )
     assert fit.Run.of_checkpoint(ckpt).selection == run.selection
 
 
 @pytest.mark.slow
 def test_compact_checkpoint_keeps_the_run_in_fp16_without_optimiser_state(idx_dir, tmp_path):
     from tools.compact import compact
+
     train.train(config(idx_dir, tmp_path / "c"), CapsNetConfig())
     last = tmp_path / "c" / "last.pt"  # weights, Adam's moments, schedule and generator states
     small = compact(last, tmp_path / "last16.pt")
@@ -190,7 +210,9 @@ def test_convolutions_take_bf16_under_autocast():
     def record(name):
         def hook(module, inputs, output):
             dtypes[name] = output.dtype
+
         return hook
+
     for name in ("conv1", "primary", "primary.conv"):
         model.get_submodule(name).register_forward_hook(record(name))
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -216,8 +238,14 @@ def test_precision_auto_follows_the_cpu():
 class HostSyncs(TorchDispatchMode):
     """Records the ops that make the host wait for the device: reading a value (.item(), bool(), int())
     or an output whose shape depends on the data (boolean masks, nonzero)."""
-    SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_consecutive",
-               "aten::_unique2"}
+
+    SYNCING: ClassVar[set[str]] = {
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::unique_consecutive",
+        "aten::_unique2",
+    }
 
     def __init__(self):
         super().__init__()
@@ -244,6 +272,7 @@ def test_a_training_step_never_syncs_with_the_host(mnist_fixture):
 
 def test_evaluate_summary_counts_errors_and_confusion():
     import numpy as np
+
     result = summarise(np.array([0, 1, 2, 2]), np.array([0, 1, 1, 2]), num_classes=3)
     assert result["errors"] == 1 and result["misclassified"] == [2]
     assert result["confusion"] == [[1, 0, 0], [0, 1, 1], [0, 0, 1]]
@@ -261,10 +290,35 @@ def test_evaluate_runs_the_model_on_a_split(mnist_fixture):
 def test_torchrun_with_gloo_on_cpu_and_uneven_ranks(idx_dir, tmp_path):
     """97 images on 2 ranks at batch 16: before, rank 1's 4th batch was empty and it hung the other."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
-           "-m", "training.train", "--data-dir", str(idx_dir), "--val-size", "100", "--train-limit", "97",
-           "--batch-size", "16", "--epochs", "2", "--device", "cpu", "--out", str(tmp_path / "ddp"),
-           "--eval-batch-size", "200", "--precision", "fp32"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29531",
+        "-m",
+        "training.train",
+        "--data-dir",
+        str(idx_dir),
+        "--val-size",
+        "100",
+        "--train-limit",
+        "97",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "ddp"),
+        "--eval-batch-size",
+        "200",
+        "--precision",
+        "fp32",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "x2" in proc.stdout
@@ -281,5 +335,5 @@ def test_compiled_step_trains_like_the_eager_one(idx_dir, tmp_path):
     eager, run_e, _ = train.train(config(idx_dir, tmp_path / "eager"), CapsNetConfig())
     compiled, run_c, _ = train.train(config(idx_dir, tmp_path / "compiled", compile=True), CapsNetConfig())
     assert run_c.history[0]["train_loss"] == pytest.approx(run_e.history[0]["train_loss"], rel=1e-3)
-    for (k, a), b in zip(eager.state_dict().items(), compiled.state_dict().values()):
+    for (k, a), b in zip(eager.state_dict().items(), compiled.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=k)

@@ -11,6 +11,7 @@ and r=1 networks, the mean |delta b_ij| that each routing iteration adds (routin
 for 1..--max-iters iterations: the curve of Fig. A.1. Writes runs/ablation/<variant>/,
 docs/results/ablation.json and docs/experiments/routing_convergence.png.
 """
+
 import argparse
 import json
 import sys
@@ -55,9 +56,16 @@ def trial(name: str, args: argparse.Namespace, seed: int) -> dict:
         return json.loads(result_path.read_text())  # a trial that has its epochs is only read back
     _, run, test = train.train(config, model_config)
     assert test is not None  # one process, rank 0: train returns the test result
-    result = {"run_epochs": config.epochs, "epochs_run": run.epochs_run, "kept_epoch": run.kept_epoch,
-              "error": 100 * (1 - test["accuracy"]), "train_seconds": run.train_seconds, "train_images": run.kept_epoch * run.images_per_epoch,
-              "hardware": run.hardware, "precision": run.precision}
+    result = {
+        "run_epochs": config.epochs,
+        "epochs_run": run.epochs_run,
+        "kept_epoch": run.kept_epoch,
+        "error": 100 * (1 - test["accuracy"]),
+        "train_seconds": run.train_seconds,
+        "train_images": run.kept_epoch * run.images_per_epoch,
+        "hardware": run.hardware,
+        "precision": run.precision,
+    }
     result_path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -74,13 +82,19 @@ def logit_changes(checkpoint: Path, images: torch.Tensor, max_iters: int) -> lis
 
 def save_plot(curves: dict[str, list[float]], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for label, ys in curves.items():
         ax.plot(range(1, len(ys) + 1), ys, "o-", label=label)
-    ax.set(xlabel="routing iteration", ylabel="mean |Δb_ij|", yscale="log",
-           title="Routing-logit change per iteration (Fig. A.1)")
+    ax.set(
+        xlabel="routing iteration",
+        ylabel="mean |Δb_ij|",
+        yscale="log",
+        title="Routing-logit change per iteration (Fig. A.1)",
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend()
     fig.tight_layout()
@@ -93,15 +107,22 @@ def epochs_text(args: argparse.Namespace, ran: list[int]) -> str:
     """The trials' epochs in words: the planned count, and what ran where a time limit cut trials short."""
     if min(ran) == max(ran) == args.epochs:
         return f"{args.epochs} epoch(s)"
-    return (f"up to {args.epochs} epochs ({min(ran)}-{max(ran)} ran: each trial stopped by its "
-            f"{args.time_limit:g} s time limit)")
+    return (
+        f"up to {args.epochs} epochs ({min(ran)}-{max(ran)} ran: each trial stopped by its "
+        f"{args.time_limit:g} s time limit)"
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("ablation", __doc__, "ablation")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
-                   help="one trial per seed; the table shows their mean and standard deviation (paper: 3 trials)")
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=[0, 1, 2],
+        help="one trial per seed; the table shows their mean and standard deviation (paper: 3 trials)",
+    )
     p.add_argument("--max-iters", type=int, default=10, help="iterations of the convergence curve")
     p.add_argument("--curve-images", type=int, default=1000, help="test images the curve averages over")
     common.figure_option(p, "routing_convergence.png")
@@ -120,30 +141,44 @@ def main(argv=None) -> dict:
         errors = [t["error"] for t in trials]
         ran += [t.get("epochs_run", t["run_epochs"]) for t in trials]
         spread = torch.tensor(errors).std().item() if len(errors) > 1 else None  # sample std, as for Table 1
-        rows.append(common.row(f"CapsNet r={iters}, reconstruction {'on' if recon else 'off'}", "MNIST test error %",
-                               sum(errors) / len(errors), paper, epochs=trials[-1]["kept_epoch"],
-                               train_images=trials[-1]["train_images"],
-                               wall_seconds=sum(t["train_seconds"] for t in trials) / len(trials), variant=name,
-                               reduced=min(t.get("epochs_run", args.epochs) for t in trials) < 50
-                               or bool(args.train_limit),
-                               std=None if spread is None else round(spread, 3),
-                               trials=[round(e, 2) for e in errors]))
+        rows.append(
+            common.row(
+                f"CapsNet r={iters}, reconstruction {'on' if recon else 'off'}",
+                "MNIST test error %",
+                sum(errors) / len(errors),
+                paper,
+                epochs=trials[-1]["kept_epoch"],
+                train_images=trials[-1]["train_images"],
+                wall_seconds=sum(t["train_seconds"] for t in trials) / len(trials),
+                variant=name,
+                reduced=min(t.get("epochs_run", args.epochs) for t in trials) < 50 or bool(args.train_limit),
+                std=None if spread is None else round(spread, 3),
+                trials=[round(e, 2) for e in errors],
+            )
+        )
 
     test = data.load(args.data_dir or data.DEFAULT_DIRS["mnist"])["test"]
-    images = test.images[:args.curve_images].to(args.device)
-    curves = {f"trained with r={VARIANTS[n][0]}": logit_changes(run_dir(args, n, args.seeds[0]) / "best.pt", images,
-                                                                 args.max_iters)
-              for n in ("r3-recon", "r1-recon") if n in args.variants}
+    images = test.images[: args.curve_images].to(args.device)
+    curves = {
+        f"trained with r={VARIANTS[n][0]}": logit_changes(
+            run_dir(args, n, args.seeds[0]) / "best.pt", images, args.max_iters
+        )
+        for n in ("r3-recon", "r1-recon")
+        if n in args.variants
+    }
     save_plot(curves, args.figure)
     common.write_result(
-        "ablation", rows,
+        "ablation",
+        rows,
         setting=f"{epochs_text(args, ran)} on {f'the first {args.train_limit:,}' if args.train_limit else 'all'} "
-                f"training images, ±2 px shifts; {len(args.seeds)} trial(s) "
-                f"(seeds {', '.join(map(str, args.seeds))}): "
-                "mean test error of each trial's best epoch on validation ± sample std; wall time per trial",
+        f"training images, ±2 px shifts; {len(args.seeds)} trial(s) "
+        f"(seeds {', '.join(map(str, args.seeds))}): "
+        "mean test error of each trial's best epoch on validation ± sample std; wall time per trial",
         paper_setting="MNIST, ±2 px shifts, mean of 3 trials (Table 1)",
-        hardware=trials[-1]["hardware"], command=common.command("training.experiments.ablation", argv),
-        out_dir=args.results_dir, convergence={"images": len(images), "curves": curves},
+        hardware=trials[-1]["hardware"],
+        command=common.command("training.experiments.ablation", argv),
+        out_dir=args.results_dir,
+        convergence={"images": len(images), "curves": curves},
         figure=common.relative(args.figure),
     )
     return {"rows": rows, "curves": curves}

@@ -21,6 +21,7 @@ docs/results/affine.json and docs/experiments/affine_test_sets.png (the first im
 and exports the CapsNet to models/affine/ (contract.SHIPPED["affine"]) with its card, both test sets
 measured on the exported graph.
 """
+
 import argparse
 import sys
 from dataclasses import replace
@@ -59,14 +60,24 @@ class BaselineCNN(nn.Module):
     def __init__(self, image_size: int = CANVAS, num_classes: int = 10, dropout: float = 0.5):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 256, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2),  # 40 -> 36 -> 18
-            nn.Conv2d(256, 256, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2),  # 18 -> 14 -> 7
-            nn.Conv2d(256, 128, 5, padding=2), nn.ReLU(inplace=True),  # 7 -> 7
+            nn.Conv2d(1, 256, 5),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),  # 40 -> 36 -> 18
+            nn.Conv2d(256, 256, 5),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),  # 18 -> 14 -> 7
+            nn.Conv2d(256, 128, 5, padding=2),
+            nn.ReLU(inplace=True),  # 7 -> 7
         )
         side = ((image_size - 4) // 2 - 4) // 2
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(128 * side * side, 1280), nn.ReLU(inplace=True),
-            nn.Linear(1280, 512), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.Linear(512, num_classes),
+            nn.Flatten(),
+            nn.Linear(128 * side * side, 1280),
+            nn.ReLU(inplace=True),
+            nn.Linear(1280, 512),
+            nn.ReLU(inplace=True),
+            nn.Dropout(dropout),
+            nn.Linear(512, num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -75,6 +86,7 @@ class BaselineCNN(nn.Module):
 
 class Affine(NamedTuple):
     """The parameters drawn for each image of an affNIST-like set, (B,) each."""
+
     rotation: torch.Tensor  # degrees
     shear: torch.Tensor
     scale_x: torch.Tensor
@@ -93,10 +105,12 @@ def translate(digits: torch.Tensor, generator: torch.Generator, size: int = CANV
 
 def ink_box(x: torch.Tensor, threshold: float = 0.05) -> torch.Tensor:
     """(B, H, W) -> (B, 4) = first row, last row, first col, last col holding ink (> threshold)."""
+
     def first_last(mask):  # (B, L) bool -> (B,), (B,)
         idx = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
         big = mask.shape[1]
         return torch.where(mask, idx, big).amin(1), torch.where(mask, idx, -1).amax(1)
+
     ink = x > threshold
     r0, r1 = first_last(ink.any(2))
     c0, c1 = first_last(ink.any(1))
@@ -115,6 +129,7 @@ def affnist_like(digits: torch.Tensor, generator: torch.Generator, size: int = C
 
     def uniform(lo, hi):
         return lo + (hi - lo) * torch.rand(B, device=dev, generator=generator)
+
     rot, shear = uniform(-ROTATION, ROTATION), uniform(-SHEAR, SHEAR)
     sx, sy = uniform(*SCALE), uniform(*SCALE)
     a = torch.deg2rad(rot)
@@ -145,19 +160,21 @@ def test_sets(test: data.Split, seed: int, batch_size: int = 1000) -> dict[str, 
     seed on the CPU: the same images whichever device trains (a CUDA generator draws other numbers)."""
     gen, images = torch.Generator().manual_seed(seed), test.images.cpu()
     chunks = range(0, len(test), batch_size)
-    translated = torch.cat([translate(images[i:i + batch_size], gen) for i in chunks])
-    affine = torch.cat([affnist_like(images[i:i + batch_size], gen)[0] for i in chunks])
+    translated = torch.cat([translate(images[i : i + batch_size], gen) for i in chunks])
+    affine = torch.cat([affnist_like(images[i : i + batch_size], gen)[0] for i in chunks])
     return {"expanded MNIST": translated.to(test.images.device), "affNIST-like": affine.to(test.images.device)}
 
 
 def save_samples(tests: dict[str, torch.Tensor], path: Path, n: int = 10) -> None:
     """The first n images of each test set, one row per set: what the two accuracies are measured on."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(tests), n, figsize=(1.2 * n, 1.4 * len(tests)))
-    for row, (name, images) in zip(axes, tests.items()):
-        for ax, image in zip(row, images[:n, 0].cpu()):
+    for row, (name, images) in zip(axes, tests.items(), strict=True):
+        for ax, image in zip(row, images[:n, 0].cpu(), strict=True):
             ax.imshow(image, cmap="gray", vmin=0, vmax=1)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -177,8 +194,10 @@ def logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 250) -> float:
     was_training = model.training
     model.eval()
-    right = sum((logits(model, images[i:i + batch_size]).argmax(1) == labels[i:i + batch_size]).sum().item()
-                for i in range(0, len(images), batch_size))
+    right = sum(
+        (logits(model, images[i : i + batch_size]).argmax(1) == labels[i : i + batch_size]).sum().item()
+        for i in range(0, len(images), batch_size)
+    )
     model.train(was_training)
     return 100 * right / len(images)
 
@@ -210,8 +229,9 @@ class TranslatedDigits(Task):
         return {"acc": accuracy(model, self.val_x, self.val_y) / 100}
 
 
-def export_shipped(checkpoint: Path, tests: dict[str, torch.Tensor], labels: torch.Tensor, out_dir: Path,
-                   test_seed: int) -> dict:
+def export_shipped(
+    checkpoint: Path, tests: dict[str, torch.Tensor], labels: torch.Tensor, out_dir: Path, test_seed: int
+) -> dict:
     """Export the 40x40 CapsNet of a run to out_dir (contract.SHIPPED["affine"]), check parity on
     translated test digits, measure both test sets on the exported graph and write its card (the
     card's test_accuracy is the affNIST-like set's)."""
@@ -224,18 +244,28 @@ def export_shipped(checkpoint: Path, tests: dict[str, torch.Tensor], labels: tor
         return results["affNIST-like"], {"expanded_mnist_accuracy": results["expanded MNIST"]["accuracy"]}
 
     return export_with_card(
-        model, ckpt, out_dir, probe, measure, dataset="affine",
+        model,
+        ckpt,
+        out_dir,
+        probe,
+        measure,
+        dataset="affine",
         metric="accuracy on the affNIST-like test set (test_accuracy) and on expanded MNIST",
         test_set=f"the 10,000 MNIST test digits, each centred on 40x40 then one random affine map "
-                 f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
-                 f"translation in the box), seed {test_seed}")
+        f"(rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
+        f"translation in the box), seed {test_seed}",
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("affine", __doc__, "affine")
     p.add_argument("--test-seed", type=int, default=2017, help="seed of the two generated test sets")
-    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["affine"],
-                   help="where the CapsNet's kept checkpoint is exported")
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        default=contract.SHIPPED["affine"],
+        help="where the CapsNet's kept checkpoint is exported",
+    )
     common.figure_option(p, "affine_test_sets.png")
     common.checkpoint_option(p, "export the CapsNet of (the result rows stay those of its run)")
     return p.parse_args(argv)
@@ -248,8 +278,10 @@ def main(argv=None) -> dict:
     tests = test_sets(splits["test"], args.test_seed)
     if args.checkpoint:
         card = export_shipped(args.checkpoint, tests, splits["test"].labels, args.model_dir, args.test_seed)
-        print(f"exported to {args.model_dir}: affNIST-like {100 * card['test_accuracy']:.2f}%, expanded MNIST "
-              f"{100 * card['expanded_mnist_accuracy']:.2f}% (ONNX Runtime)")
+        print(
+            f"exported to {args.model_dir}: affNIST-like {100 * card['test_accuracy']:.2f}%, expanded MNIST "
+            f"{100 * card['expanded_mnist_accuracy']:.2f}% (ONNX Runtime)"
+        )
         return {"card": card}
     save_samples(tests, args.figure)
     task = TranslatedDigits(splits, args.seed)
@@ -266,25 +298,33 @@ def main(argv=None) -> dict:
         print(f"{name}: " + ", ".join(f"{k} {v:.2f}%" for k, v in acc.items()), flush=True)
         mnist, affnist = PAPER[name]
         run_fields: dict[str, Any]  # row()'s keywords: ints, floats and a bool
-        run_fields = dict(epochs=run.kept_epoch, train_images=run.kept_epoch * run.images_per_epoch,
-                          wall_seconds=run.train_seconds, reduced=run.epochs_run < 30 or bool(args.train_limit),
-                          parameters=params)
+        run_fields = dict(
+            epochs=run.kept_epoch,
+            train_images=run.kept_epoch * run.images_per_epoch,
+            wall_seconds=run.train_seconds,
+            reduced=run.epochs_run < 30 or bool(args.train_limit),
+            parameters=params,
+        )
         rows.append(common.row(name, "expanded MNIST test accuracy %", acc["expanded MNIST"], mnist, **run_fields))
         rows.append(common.row(name, "affNIST-like test accuracy %", acc["affNIST-like"], affnist, **run_fields))
-    card = export_shipped(args.out / "capsnet" / "best.pt", tests, splits["test"].labels, args.model_dir,
-                          args.test_seed)
+    card = export_shipped(
+        args.out / "capsnet" / "best.pt", tests, splits["test"].labels, args.model_dir, args.test_seed
+    )
     for r in rows[:2]:  # the CapsNet's
         r["model_version"] = card["version"]
     common.write_result(
-        "affine", rows,
+        "affine",
+        rows,
         setting=f"train: {len(splits['train']):,} MNIST digits at random positions on 40x40, best epoch on "
-                f"translated validation of those run ({', '.join(ran)} of {args.epochs} planned), {run.precision}; "
-                "test: 10,000 MNIST test digits, "
-                f"translated / affine (rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
-                f"translation in the box), seed {args.test_seed}",
+        f"translated validation of those run ({', '.join(ran)} of {args.epochs} planned), {run.precision}; "
+        "test: 10,000 MNIST test digits, "
+        f"translated / affine (rotation ±{ROTATION:g}°, shear ±{SHEAR:g}, scale {SCALE[0]:g}-{SCALE[1]:g}, "
+        f"translation in the box), seed {args.test_seed}",
         paper_setting="padded and translated 40x40 MNIST, early stopping; test on affNIST",
-        hardware=run.hardware, command=common.command("training.experiments.affine", argv),
-        out_dir=args.results_dir, figure=common.relative(args.figure),
+        hardware=run.hardware,
+        command=common.command("training.experiments.affine", argv),
+        out_dir=args.results_dir,
+        figure=common.relative(args.figure),
         ranges={"rotation_deg": ROTATION, "shear": SHEAR, "scale": list(SCALE)},
     )
     return {"rows": rows}

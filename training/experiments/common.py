@@ -4,6 +4,7 @@ A result file (docs/results/<experiment>.json) holds one row per trained model: 
 the paper's, with the setting, hardware, epochs, training images and wall time of the run, and
 whether the run was reduced (fewer images or epochs than the paper's). results.py renders them.
 """
+
 import argparse
 import datetime
 import json
@@ -18,8 +19,21 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO / "docs" / "results"
 
 
-SHARED = ("data_dir", "train_limit", "val_size", "epochs", "batch_size", "lr", "lr_decay", "seed", "device",
-          "precision", "compile", "eval_every", "time_limit")  # the TrainConfig fields every experiment takes
+SHARED = (
+    "data_dir",
+    "train_limit",
+    "val_size",
+    "epochs",
+    "batch_size",
+    "lr",
+    "lr_decay",
+    "seed",
+    "device",
+    "precision",
+    "compile",
+    "eval_every",
+    "time_limit",
+)  # the TrainConfig fields every experiment takes
 
 
 def parser(prog: str, doc: str, out: str, lr_decay: float = 0.9) -> argparse.ArgumentParser:
@@ -59,20 +73,55 @@ def relative(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
-def row(model: str, metric: str, ours: float, paper: float | None, *, epochs: float, train_images: int,
-        wall_seconds: float, reduced: bool, **extra) -> dict:
+def row(
+    model: str,
+    metric: str,
+    ours: float,
+    paper: float | None,
+    *,
+    epochs: float,
+    train_images: int,
+    wall_seconds: float,
+    reduced: bool,
+    **extra,
+) -> dict:
     """One line of the results table. `ours` and `paper` are percentages in the same metric."""
-    return {"model": model, "metric": metric, "ours": round(ours, 2),
-            "paper": paper, "epochs": epochs, "train_images": train_images,
-            "wall_seconds": round(wall_seconds, 1), "reduced": reduced, **extra}
+    return {
+        "model": model,
+        "metric": metric,
+        "ours": round(ours, 2),
+        "paper": paper,
+        "epochs": epochs,
+        "train_images": train_images,
+        "wall_seconds": round(wall_seconds, 1),
+        "reduced": reduced,
+        **extra,
+    }
 
 
-def write_result(name: str, rows: list[dict], *, setting: str, paper_setting: str, hardware: str,
-                 command: str, out_dir: Path = RESULTS_DIR, **extra) -> Path:
+def write_result(
+    name: str,
+    rows: list[dict],
+    *,
+    setting: str,
+    paper_setting: str,
+    hardware: str,
+    command: str,
+    out_dir: Path = RESULTS_DIR,
+    **extra,
+) -> Path:
     """Write docs/results/<name>.json (what results.py turns into the table)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    record = {"experiment": name, "setting": setting, "paper_setting": paper_setting, "hardware": hardware,
-              "command": command, "created": datetime.date.today().isoformat(), "rows": rows, **extra}
+    record = {
+        "experiment": name,
+        "setting": setting,
+        "paper_setting": paper_setting,
+        "hardware": hardware,
+        "command": command,
+        "created": datetime.date.today().isoformat(),
+        "rows": rows,
+        **extra,
+    }
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path

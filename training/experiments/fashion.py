@@ -9,6 +9,7 @@ run that already has its epochs is only exported), exports the best checkpoint t
 (contract.SHIPPED["fashion-mnist"]) with its card (accuracy measured on the ONNX graph), and writes
 docs/results/fashion.json.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -45,19 +46,30 @@ def main(argv=None) -> dict:
         checkpoint = args.out / "best.pt"
     data_dir = config.data_dir or data.fetch("fashion-mnist")
     card = export.export_checkpoint(checkpoint, args.model_dir, data_dir)
-    rows = [common.row("CapsNet r=3 + reconstruction", "Fashion-MNIST test error %",
-                       100 * (1 - card["test_accuracy"]), PAPER_ERROR, epochs=run.kept_epoch,
-                       train_images=run.kept_epoch * run.images_per_epoch, wall_seconds=run.train_seconds,
-                       reduced=run.epochs_run < PAPER_EPOCHS or bool(args.train_limit),
-                       model_version=card["version"])]
+    rows = [
+        common.row(
+            "CapsNet r=3 + reconstruction",
+            "Fashion-MNIST test error %",
+            100 * (1 - card["test_accuracy"]),
+            PAPER_ERROR,
+            epochs=run.kept_epoch,
+            train_images=run.kept_epoch * run.images_per_epoch,
+            wall_seconds=run.train_seconds,
+            reduced=run.epochs_run < PAPER_EPOCHS or bool(args.train_limit),
+            model_version=card["version"],
+        )
+    ]
     common.write_result(
-        "fashion", rows,
+        "fashion",
+        rows,
         setting=f"epoch {run.kept_epoch} of {run.epochs_run} ({run.selection}), {run.images_per_epoch:,} training "
-                f"images per epoch, ±2 px shifts, LR x{config.lr_decay} per epoch, {run.precision}; "
-                "error of the exported ONNX graph",
+        f"images per epoch, ±2 px shifts, LR x{config.lr_decay} per epoch, {run.precision}; "
+        "error of the exported ONNX graph",
         paper_setting="batch 128, LR 0.001 decayed x0.96 every 1,000 iterations (run length not given)",
-        hardware=run.hardware, command=common.command("training.experiments.fashion", argv),
-        out_dir=args.results_dir, model_card=common.relative(args.model_dir / contract.MODEL_CARD),
+        hardware=run.hardware,
+        command=common.command("training.experiments.fashion", argv),
+        out_dir=args.results_dir,
+        model_card=common.relative(args.model_dir / contract.MODEL_CARD),
         train_config=vars(config),
     )
     return card

@@ -13,6 +13,7 @@ alone from its own capsule (training: the true labels; the loss sums both recons
 Writes OUT/best.pt, docs/results/multimnist.json, docs/experiments/multimnist_fig5.png (Fig. 5) and
 exports the best checkpoint to models/multimnist/ (contract.SHIPPED["multimnist"]) with its card.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -47,6 +48,7 @@ class Pairs(NamedTuple):
 class ClassIndex(NamedTuple):
     """A split's indices sorted by class, with each class's first position and count: what partners()
     samples from without leaving the device."""
+
     order: torch.Tensor  # (N,) indices sorted by label
     starts: torch.Tensor  # (10,) position of each class's first index in order
     counts: torch.Tensor  # (10,)
@@ -57,8 +59,9 @@ class ClassIndex(NamedTuple):
         return cls(torch.argsort(labels, stable=True), torch.cumsum(counts, 0) - counts, counts)
 
 
-def partners(labels: torch.Tensor, first: torch.Tensor, generator: torch.Generator,
-             index: ClassIndex | None = None) -> torch.Tensor:
+def partners(
+    labels: torch.Tensor, first: torch.Tensor, generator: torch.Generator, index: ClassIndex | None = None
+) -> torch.Tensor:
     """For each index in first, a uniformly random index of the same split whose digit has another class.
 
     A position p is drawn among the N - n_c digits of the other classes (c = the first digit's class)
@@ -73,9 +76,14 @@ def partners(labels: torch.Tensor, first: torch.Tensor, generator: torch.Generat
     return index.order[p]
 
 
-def make_pairs(split: data.Split, first: torch.Tensor, generator: torch.Generator,
-               max_shift: int = MAX_SHIFT, size: int = contract.MULTIMNIST_SIZE,
-               index: ClassIndex | None = None) -> Pairs:
+def make_pairs(
+    split: data.Split,
+    first: torch.Tensor,
+    generator: torch.Generator,
+    max_shift: int = MAX_SHIFT,
+    size: int = contract.MULTIMNIST_SIZE,
+    index: ClassIndex | None = None,
+) -> Pairs:
     """Overlay split.images[first] on random digits of other classes from the same split."""
     second = partners(split.labels, first, generator, index)
     idx = torch.stack([first, second], 1)  # (B, 2)
@@ -93,7 +101,7 @@ def iter_pairs(split: data.Split, per_digit: int, seed: int, batch_size: int):
     first = torch.arange(len(split), device=split.labels.device).repeat(per_digit)
     index = ClassIndex.of(split.labels)
     for start in range(0, len(first), batch_size):
-        yield make_pairs(split, first[start:start + batch_size], generator, index=index)
+        yield make_pairs(split, first[start : start + batch_size], generator, index=index)
 
 
 def two_hot(labels: torch.Tensor, num_classes: int = contract.NUM_CLASSES) -> torch.Tensor:
@@ -106,8 +114,9 @@ def both_right(lengths: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return (top2 == labels.sort(1).values).all(1)
 
 
-def pair_loss(model: CapsNet, images: torch.Tensor, parts: torch.Tensor,
-              labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_loss(
+    model: CapsNet, images: torch.Tensor, parts: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Margin loss (Eq. 4) with both classes present + recon_weight x the sum-squared error of each
     digit (parts (B, 2, H, W)) reconstructed alone from its own capsule. Returns (loss, lengths)."""
     capsules, lengths, _, _ = model.forward_features(images)
@@ -151,8 +160,7 @@ class PairTask(Task):
 
 
 @torch.no_grad()
-def evaluate(model: CapsNet, split: data.Split, per_digit: int = 1, seed: int = 1,
-             batch_size: int = 250) -> dict:
+def evaluate(model: CapsNet, split: data.Split, per_digit: int = 1, seed: int = 1, batch_size: int = 250) -> dict:
     """Error rate (%) on the fixed pairs of split, and the indices of the wrong pairs."""
     was_training = model.training
     model.eval()
@@ -164,13 +172,18 @@ def evaluate(model: CapsNet, split: data.Split, per_digit: int = 1, seed: int = 
         batches_right.append(both_right(lengths, batch.labels).cpu())
     model.train(was_training)
     right = torch.cat(batches_right)
-    return {"error": 100 * (1 - right.float().mean().item()), "count": len(right), "loss": loss_sum / len(right),
-            "wrong": torch.nonzero(~right).flatten().tolist()}
+    return {
+        "error": 100 * (1 - right.float().mean().item()),
+        "count": len(right),
+        "loss": loss_sum / len(right),
+        "wrong": torch.nonzero(~right).flatten().tolist(),
+    }
 
 
 def evaluate_onnx(path: Path, split: data.Split, per_digit: int = 1, seed: int = 1, batch_size: int = 250) -> dict:
     """The same metric on the exported graph under ONNX Runtime (the model card's figure)."""
     import onnxruntime as ort
+
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     batches_right = []
     for batch in iter_pairs(split, per_digit, seed, batch_size):
@@ -178,8 +191,13 @@ def evaluate_onnx(path: Path, split: data.Split, per_digit: int = 1, seed: int =
         batches_right.append(both_right(torch.from_numpy(lengths), batch.labels.cpu()))
     right = torch.cat(batches_right)
     wrong = torch.nonzero(~right).flatten().tolist()
-    return {"accuracy": right.float().mean().item(), "errors": len(wrong), "count": len(right),
-            "misclassified": wrong, "providers": sess.get_providers()}
+    return {
+        "accuracy": right.float().mean().item(),
+        "errors": len(wrong),
+        "count": len(right),
+        "misclassified": wrong,
+        "providers": sess.get_providers(),
+    }
 
 
 @torch.no_grad()
@@ -187,8 +205,10 @@ def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed:
     """Fig. 5: each test pair above its two reconstructions, the first predicted class in red and the
     second in green, titled with the labels L and the two longest capsules R."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     assert model.decoder is not None  # the MultiMNIST model is built with its decoder (main)
     model.eval()
     batch = next(iter_pairs(split, 1, seed, n))
@@ -206,8 +226,11 @@ def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed:
         axes[1, i].set_title(f"R:({pred[0]},{pred[1]})", fontsize=9, color="black" if ok else "red")
     for ax in axes.flat:
         ax.axis("off")
-    fig.suptitle("MultiMNIST test pairs (top) and the reconstructions from the two longest capsules "
-                 "(red: longest, green: second)", fontsize=9)
+    fig.suptitle(
+        "MultiMNIST test pairs (top) and the reconstructions from the two longest capsules "
+        "(red: longest, green: second)",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -220,18 +243,25 @@ def export_shipped(model: CapsNet, ckpt: dict, test: data.Split, out_dir: Path, 
     images = next(iter_pairs(test, 1, seed, 64)).images[:, 0]
     images = (images * 255).round().to(torch.uint8).cpu().numpy()  # check_parity reads uint8 like IDX
     return export_with_card(
-        model, ckpt, out_dir, images, lambda graph: (evaluate_onnx(graph, test, per_digit, seed), {}),
-        dataset="multimnist", metric="both labels right: the two longest capsules are the two digits' classes",
+        model,
+        ckpt,
+        out_dir,
+        images,
+        lambda graph: (evaluate_onnx(graph, test, per_digit, seed), {}),
+        dataset="multimnist",
+        metric="both labels right: the two longest capsules are the two digits' classes",
         test_set=f"every MNIST test digit overlaid on {per_digit} random digit(s) of another class, "
-                 f"shifts up to {MAX_SHIFT} px, seed {seed}")
+        f"shifts up to {MAX_SHIFT} px, seed {seed}",
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = common.parser("multimnist", __doc__, "multimnist", lr_decay=LR_DECAY)
     p.add_argument("--test-pairs", type=int, default=1, help="pairs per test digit (paper: 1,000)")
     p.add_argument("--routing-iters", type=int, default=3)
-    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["multimnist"],
-                   help="where the best checkpoint is exported")
+    p.add_argument(
+        "--model-dir", type=Path, default=contract.SHIPPED["multimnist"], help="where the best checkpoint is exported"
+    )
     common.figure_option(p, "multimnist_fig5.png")
     common.checkpoint_option(p, "measure, draw, export and report")
     return p.parse_args(argv)
@@ -243,8 +273,11 @@ def main(argv=None) -> dict:
     splits = load_splits(config)
     train = splits["train"]
     model = CapsNet(CapsNetConfig(image_size=contract.MULTIMNIST_SIZE, routing_iters=args.routing_iters))
-    print(f"MultiMNIST CapsNet {model.num_params():,} parameters, {model.config.num_primary} primary capsules, "
-          f"on {hardware(config.device)}; {len(train):,} training digits", flush=True)
+    print(
+        f"MultiMNIST CapsNet {model.num_params():,} parameters, {model.config.num_primary} primary capsules, "
+        f"on {hardware(config.device)}; {len(train):,} training digits",
+        flush=True,
+    )
     if args.checkpoint:
         ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
         model.load_state_dict(ckpt["model"])
@@ -256,25 +289,36 @@ def main(argv=None) -> dict:
         ckpt = torch.load(args.out / "best.pt", map_location="cpu", weights_only=True)
     model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]  # stub omits memory_format
     test = evaluate(model, splits["test"], args.test_pairs, args.seed + 2)
-    print(f"test error (both labels right) {test['error']:.2f}% on {test['count']:,} pairs "
-          f"(paper: {PAPER_ERROR}%)")
+    print(f"test error (both labels right) {test['error']:.2f}% on {test['count']:,} pairs (paper: {PAPER_ERROR}%)")
     save_figure(model, splits["test"], args.figure, seed=args.seed + 2)
     card = export_shipped(model.cpu(), ckpt, splits["test"].to("cpu"), args.model_dir, args.test_pairs, args.seed + 2)
     images = run.kept_epoch * run.images_per_epoch
     reduced = images < 60_000_000 or args.test_pairs < 1000
-    rows = [common.row(f"CapsNet r={args.routing_iters} + reconstruction", "test error % (both labels)",
-                       test["error"], PAPER_ERROR, epochs=run.kept_epoch, train_images=images,
-                       wall_seconds=run.train_seconds, reduced=reduced,
-                       onnx_error=round(100 * (1 - card["test_accuracy"]), 2))]
+    rows = [
+        common.row(
+            f"CapsNet r={args.routing_iters} + reconstruction",
+            "test error % (both labels)",
+            test["error"],
+            PAPER_ERROR,
+            epochs=run.kept_epoch,
+            train_images=images,
+            wall_seconds=run.train_seconds,
+            reduced=reduced,
+            onnx_error=round(100 * (1 - card["test_accuracy"]), 2),
+        )
+    ]
     common.write_result(
-        "multimnist", rows,
+        "multimnist",
+        rows,
         setting=f"{run.kept_epoch} epoch(s) of {run.images_per_epoch:,} training digits each paired once with "
-                f"fresh partner and shifts, LR x{config.lr_decay} per epoch, {run.precision}; test: "
-                f"{test['count']:,} pairs ({args.test_pairs} per MNIST test digit)",
+        f"fresh partner and shifts, LR x{config.lr_decay} per epoch, {run.precision}; test: "
+        f"{test['count']:,} pairs ({args.test_pairs} per MNIST test digit)",
         paper_setting="60M training pairs (1,000 per digit), 10M test pairs (1,000 per test digit)",
-        hardware=run.hardware, command=common.command("training.experiments.multimnist", argv),
+        hardware=run.hardware,
+        command=common.command("training.experiments.multimnist", argv),
         train_config=ckpt["train_config"],
-        out_dir=args.results_dir, figure=common.relative(args.figure),
+        out_dir=args.results_dir,
+        figure=common.relative(args.figure),
     )
     return {"test": test, "card": card}
 

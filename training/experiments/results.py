@@ -6,6 +6,7 @@ $ python -m training.experiments.results --check    # exit 1 if either is stale 
 Every number in the table is read from a result file that an experiment wrote; nothing is typed in.
 Runs smaller than the paper's (fewer images or epochs) are marked "reduced".
 """
+
 import argparse
 import json
 import sys
@@ -14,11 +15,18 @@ from pathlib import Path
 from training.experiments import common
 
 ORDER = ("mnist", "multimnist", "affine", "ablation", "fashion")  # the issue's order; others follow by name
-TITLES = {"mnist": "MNIST (section 5, the shipped model)", "multimnist": "MultiMNIST (section 6)",
-          "affine": "Affine robustness (section 5.2)", "ablation": "Routing and reconstruction ablation (Table 1)", "fashion": "Fashion-MNIST (QP paper, Table II)"}
+TITLES = {
+    "mnist": "MNIST (section 5, the shipped model)",
+    "multimnist": "MultiMNIST (section 6)",
+    "affine": "Affine robustness (section 5.2)",
+    "ablation": "Routing and reconstruction ablation (Table 1)",
+    "fashion": "Fashion-MNIST (QP paper, Table II)",
+}
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
-HEADER = ("| Experiment | Model | Metric | Ours | Paper | Run | Epochs | Training images | Wall time | Hardware |\n"
-          "|---|---|---|---:|---:|---|---:|---:|---:|---|")
+HEADER = (
+    "| Experiment | Model | Metric | Ours | Paper | Run | Epochs | Training images | Wall time | Hardware |\n"
+    "|---|---|---|---:|---:|---|---:|---:|---:|---|"
+)
 
 
 def load(results_dir: Path = common.RESULTS_DIR) -> list[dict]:
@@ -45,9 +53,11 @@ def table(records: list[dict], link: str = "") -> str:
         title = TITLES.get(name, name)
         for r in rec["rows"]:
             paper = "—" if r["paper"] is None else f"{r['paper']:g}"
-            lines.append(f"| [{title}]({link}#{name}) | {r['model']} | {r['metric']} | {cell(r)} | {paper} | "
-                         f"{'reduced' if r['reduced'] else 'full'} | {r['epochs']} | {r['train_images']:,} | "
-                         f"{duration(r['wall_seconds'])} | {rec['hardware']} |")
+            lines.append(
+                f"| [{title}]({link}#{name}) | {r['model']} | {r['metric']} | {cell(r)} | {paper} | "
+                f"{'reduced' if r['reduced'] else 'full'} | {r['epochs']} | {r['train_images']:,} | "
+                f"{duration(r['wall_seconds'])} | {rec['hardware']} |"
+            )
     return "\n".join(lines)
 
 
@@ -64,21 +74,32 @@ def render_doc(records: list[dict]) -> str:
     ]
     for rec in records:
         name = rec["experiment"]
-        parts += ["", f'<a id="{name}"></a>', "", f"## {TITLES.get(name, name)}", "",
-                  f"- Command: `{rec['command']}`",
-                  f"- Our setting: {rec['setting']}",
-                  f"- The paper's setting: {rec['paper_setting']}",
-                  f"- Hardware: {rec['hardware']}; measured {rec['created']}"]
+        parts += [
+            "",
+            f'<a id="{name}"></a>',
+            "",
+            f"## {TITLES.get(name, name)}",
+            "",
+            f"- Command: `{rec['command']}`",
+            f"- Our setting: {rec['setting']}",
+            f"- The paper's setting: {rec['paper_setting']}",
+            f"- Hardware: {rec['hardware']}; measured {rec['created']}",
+        ]
         if "figure" in rec:
             parts += ["", f"![{name}]({Path(rec['figure']).relative_to('docs')})"]
         if "convergence" in rec:
             conv = rec["convergence"]
             iters = len(next(iter(conv["curves"].values())))
-            parts += ["", f"Mean |Δb_ij| per routing iteration on {conv['images']:,} test images (Fig. A.1):", "",
-                      "| network | " + " | ".join(str(i) for i in range(1, iters + 1)) + " |",
-                      "|---|" + "---:|" * iters]
-            parts += [f"| {label} | " + " | ".join(f"{v:.3g}" for v in ys) + " |"
-                      for label, ys in conv["curves"].items()]
+            parts += [
+                "",
+                f"Mean |Δb_ij| per routing iteration on {conv['images']:,} test images (Fig. A.1):",
+                "",
+                "| network | " + " | ".join(str(i) for i in range(1, iters + 1)) + " |",
+                "|---|" + "---:|" * iters,
+            ]
+            parts += [
+                f"| {label} | " + " | ".join(f"{v:.3g}" for v in ys) + " |" for label, ys in conv["curves"].items()
+            ]
         if "model_card" in rec:
             parts += ["", f"Shipped model and card: `{Path(rec['model_card']).parent}/`"]
     return "\n".join(parts) + "\n"
