@@ -1,5 +1,5 @@
-"""The baseline of the serving benchmark: what a user would write to serve the same graph in fifteen lines
-(issue 23). Pillow decodes the PNG and resizes it to 28x28, one session.run per request, no batching.
+"""The baseline of the serving benchmark: what a user would write to serve the same graph in fifteen lines.
+Pillow decodes the PNG and resizes it to 28x28, one session.run per request, no batching.
 
 $ uvicorn benchmarks.template_app:app --port 8000
 """

@@ -193,7 +193,7 @@ class Augment:
     """Optional augmentations for inputs people send (all off by default: the paper uses shifts only).
     Each works on a whole batch (B, 1, H, W) in [0, 1] on its device, one draw per image.
 
-    NOTE not in the paper: these prepare the model for photos, markers and pens (issue 13).
+    NOTE not in the paper: these prepare the model for photos, markers and pens.
     """
 
     rotate: float = 0.0  # degrees, uniform in [-rotate, rotate]

@@ -1,4 +1,4 @@
-"""Fine-tune a shipped MNIST CapsNet on typeset and outlined digits (issue 22): its own weights, MNIST with
+"""Fine-tune a shipped MNIST CapsNet on typeset and outlined digits: its own weights, MNIST with
 augmentations, and digits of training-only fonts.
 
 $ nice -n 15 python -m training.finetune --precision fp32 --time-limit 3600   # models/mnist/ -> runs/finetune

@@ -1,4 +1,4 @@
-"""Digits typeset in fonts Debian ships, drawn as MNIST's digits look: a training-only supplement (issue 22).
+"""Digits typeset in fonts Debian ships, drawn as MNIST's digits look: a training-only supplement.
 
 MNIST's writers never made a serif 1 with a flag and a foot, a 6 of a typeface or a digit drawn as its
 outline, and no preprocessing turns those into MNIST's shapes; training on them can. Each digit is

@@ -259,7 +259,7 @@ def _located(ink: np.ndarray) -> tuple:
     return picture, paper, digit, factor
 
 
-# --- low resolution: thumbnails, old scans, webcam crops (issue 22) --------------------------------
+# --- low resolution: thumbnails, old scans, webcam crops ---------------------------------------------
 def square(reference: np.ndarray) -> np.ndarray:
     """The reference digit cropped to its ink and padded to a square: it touches two borders."""
     rows, cols = np.flatnonzero(reference.any(1)), np.flatnonzero(reference.any(0))
@@ -311,8 +311,8 @@ def read_all(client, digits, make, dark_ink: bool, method=None) -> list[int]:
 @pytest.mark.parametrize("dark_ink", [False, True], ids=["light-ink", "dark-ink"])
 @pytest.mark.parametrize("method", [Image.Resampling.BICUBIC, Image.Resampling.BILINEAR], ids=["bicubic", "bilinear"])
 def test_8x8_digits_upscaled_are_found_and_read(client, digits, method, dark_ink):
-    """Before issue 22 the lighting fit took these soft digits for uneven paper: 6-10 of 20 were read,
-    the rest refused as blank paper (or a 500)."""
+    """A lighting fit can take these soft digits for uneven paper: 098fb5b's read 6-10 of 20 and refused
+    the rest as blank paper (or a 500)."""
     answers = read_all(client, digits, low_resolution, dark_ink, method)
     assert -1 not in answers
     assert sum(a == y for a, y in zip(answers, digits[1], strict=True)) >= 19, answers
@@ -321,7 +321,7 @@ def test_8x8_digits_upscaled_are_found_and_read(client, digits, method, dark_ink
 @pytest.mark.parametrize("make", [blurred, tight])
 @pytest.mark.parametrize("dark_ink", [False, True], ids=["light-ink", "dark-ink"])
 def test_blurred_digits_and_tight_crops_are_read(client, digits, make, dark_ink):
-    """Blurred: 11 of 20 read before issue 22; cropped tight: 17 of 20."""
+    """Blurred: 098fb5b's preprocessing read 11 of 20; cropped tight: 17 of 20."""
     answers = read_all(client, digits, make, dark_ink)
     assert -1 not in answers
     assert sum(a == y for a, y in zip(answers, digits[1], strict=True)) >= 19, answers

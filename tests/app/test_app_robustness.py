@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "robustness"
-# Floors for the sample. The preprocessing before issue 13 read 1 of its 6 photos and 90% of the 60
+# Floors for the sample. The preprocessing of 57a33ec read 1 of its 6 photos and 90% of the 60
 # images (10.5% of the suite's 200 photos: benchmarks/results/robustness_before.json); this one reads
-# every photo and 59 of 60 (a DejaVu Sans "1" with a foot is read as 7). Low-resolution digits: before
-# issue 22 two of the 6 were refused as blank paper (67.5% of the suite's 200:
+# every photo and 59 of 60 (a DejaVu Sans "1" with a foot is read as 7). Low-resolution digits: 098fb5b's
+# refused two of the 6 as blank paper (67.5% of the suite's 200:
 # benchmarks/results/robustness_issue22_before.json); now 5 are read (an 8 shrunk to 8x8 is read as 4).
 FLOORS = {"photo": 1.0, "lowres": 5 / 6}
 OVERALL = 0.95

@@ -1,4 +1,4 @@
-"""training.data.Augment: the optional augmentations for real-world inputs (issue 13) on batches."""
+"""training.data.Augment: the optional augmentations for real-world inputs, on batches."""
 
 import numpy as np
 import pytest
