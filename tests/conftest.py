@@ -5,6 +5,8 @@ client talks to the same app object as the server. No network beyond 127.0.0.1, 
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -26,6 +28,23 @@ def mnist_fixture() -> tuple[np.ndarray, np.ndarray]:
 
 
 START_TIMEOUT_S = 60.0
+
+
+@contextmanager
+def serving(app, name: str = "capsnet-api") -> Iterator[str]:
+    """app under a real uvicorn on a free loopback port, in a thread: its URL once /ready answers; the
+    server stops when the block ends."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(url, thread)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def wait_until_ready(url: str, thread: threading.Thread) -> None:
@@ -61,12 +80,5 @@ def api_app(api_settings):
 
 @pytest.fixture(scope="session")
 def api_url(api_app):
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(api_app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="capsnet-api", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until_ready(url, thread)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(api_app) as url:
+        yield url

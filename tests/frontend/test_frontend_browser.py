@@ -274,15 +274,13 @@ def jittery_demo_url(api_url):
     """The demo asking the API through a proxy that delays /predict by JITTER_S in turn."""
     import asyncio
     import itertools
-    import threading
 
     import httpx
-    import uvicorn
     from fastapi import FastAPI, Request, Response
 
     from frontend.app import launch
     from frontend.settings import DemoSettings
-    from tests.conftest import free_port, wait_until_ready
+    from tests.conftest import free_port, serving
 
     proxy, delays = FastAPI(), itertools.cycle(JITTER_S)
 
@@ -300,17 +298,11 @@ def jittery_demo_url(api_url):
             )
         return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(proxy, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="jittery-api", daemon=True)
-    thread.start()
-    wait_until_ready(f"http://127.0.0.1:{port}", thread)
-    settings = DemoSettings(api_url=f"http://127.0.0.1:{port}", host="127.0.0.1", port=free_port(), timeout_s=30.0)
-    demo = launch(settings, prevent_thread_lock=True, quiet=True)
-    yield f"http://{settings.host}:{settings.port}"
-    demo.close()
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(proxy, "jittery-api") as proxy_url:
+        settings = DemoSettings(api_url=proxy_url, host="127.0.0.1", port=free_port(), timeout_s=30.0)
+        demo = launch(settings, prevent_thread_lock=True, quiet=True)
+        yield f"http://{settings.host}:{settings.port}"
+        demo.close()
 
 
 def draw(page, sketch: str, strokes: list[list[tuple[float, float]]]) -> None:

@@ -55,7 +55,7 @@ from model.contract import (
     PERTURB_LIMIT,
     STROKE_RANGE,
 )
-from tests.conftest import free_port, wait_until_ready
+from tests.conftest import serving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,25 +154,12 @@ def test_every_served_model_gets_a_tab_the_default_first(client):
 @pytest.fixture(scope="module")
 def mnist_only_url():
     """The API serving mnist alone (CAPSNET_MODELS=mnist)."""
-    import threading
-
-    import uvicorn
-
     from app.main import create_app
     from app.settings import Settings
 
-    port = free_port()
-    settings = Settings(
-        models=["mnist"], providers=["CPUExecutionProvider"], host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="capsnet-api-mnist", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until_ready(url, thread)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    settings = Settings(models=["mnist"], providers=["CPUExecutionProvider"], log_level="warning")
+    with serving(create_app(settings), "capsnet-api-mnist") as url:
+        yield url
 
 
 def test_one_served_model_is_one_tab(mnist_only_url):
