@@ -49,6 +49,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         415: "neither multipart nor JSON",
         422: "not a usable image, bad option",
         503: "the model is not ready, or too many requests are waiting",
+        504: "the request waited past its deadline (CAPSNET_REQUEST_DEADLINE_S)",
     }.items()
 }
 

@@ -36,6 +36,7 @@ def render(images: np.ndarray, parts: set[str]) -> bytes:
         404: {"model": ErrorMessage, "description": "no such model"},
         422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"},
         503: {"model": ErrorMessage, "description": "the model is not ready, or too many requests are waiting"},
+        504: {"model": ErrorMessage, "description": "the request waited past its deadline"},
     },
 )
 async def reconstruct(

@@ -231,3 +231,9 @@ def test_a_request_past_its_deadline_answers_504_over_http(app, client, digits, 
     monkeypatch.setattr(batcher, "deadline", 30.0)
     assert client.post("/predict", **body).status_code == 200
     assert ran == [1, 1]  # the held request, then this one: the late one was dropped from the queue
+
+
+def test_the_deadline_answer_is_in_the_openapi(app):
+    """Both routes that wait on a batcher say they may answer 504 (the test above shows that they do)."""
+    paths = app.openapi()["paths"]
+    assert "504" in paths["/predict"]["post"]["responses"] and "504" in paths["/reconstruct"]["post"]["responses"]
