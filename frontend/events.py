@@ -11,10 +11,10 @@ from typing import Any
 
 import gradio as gr
 
-from frontend import handlers, screen
+from frontend import handlers
 from frontend.client import ApiClient
 from frontend.layout import Page, TabUI
-from frontend.screen import DRAWING, UPLOAD
+from frontend.screen import DRAWING, UPLOAD, gated
 
 LIVE: dict[str, Any] = dict(
     trigger_mode="always_last", show_progress="minimal"
@@ -46,7 +46,6 @@ def wire(demo: gr.Blocks, client: ApiClient, page: Page) -> None:
 def wire_tab(client: ApiClient, ui: TabUI) -> None:
     """One model's tab: its answers, their follow-up, the perturbation panel and the footer."""
     inputs, panel, api = ui.inputs, ui.panel, ui.tab.prefix.replace("-", "_")
-    gated = partial(screen.gated, answer=ui.answer)  # the Screen keeps the answer each shown event gives
     answers = list(ui.outputs.values())
     follow: dict[str, Any] = dict(
         fn=partial(handlers.follow_up, client, ui),

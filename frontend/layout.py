@@ -186,7 +186,6 @@ class TabUI(NamedTuple):
     panel: Panel
     footer: gr.Markdown  # the page's, below every tab: the model of the tab in view
     capsules: gr.State  # of the answer on screen, for the perturbation panel
-    answer: gr.State  # the answer on screen, for its follow-up (routing maps, Fig. 4)
     screen: gr.State  # Screen: which input is on screen and which prediction started last
 
     @property
@@ -199,7 +198,6 @@ class TabUI(NamedTuple):
             "capsules": self.capsules,
             "digit": self.panel.digit,
             "footer": self.footer,
-            "answer": self.answer,
         }
 
 
@@ -216,7 +214,7 @@ def model_tab(tab: Tab, footer: gr.Markdown) -> TabUI:
         panel = perturbation_panel(tab)
         # Inside the tab: a child of gr.Tabs that is not a gr.Tab (a State too) made the page add a second
         # header for a tab when it was first selected, or show one tab's header twice and another's not at all.
-        states = gr.State(None), gr.State(None), gr.State(Screen(DRAWING if tab.look.canvas else UPLOAD))
+        states = gr.State(None), gr.State(Screen(DRAWING if tab.look.canvas else UPLOAD))
     return TabUI(tab, page, shown_inputs, status, pictures, lengths, routing, panel, footer, *states)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 DRAWING, UPLOAD = "drawing", "upload"  # the two inputs a tab can have on screen
+ANSWER = "answer"  # where a handler's updates carry the API's answer for the Screen (not a component)
 
 
 class Screen:
@@ -68,19 +69,20 @@ class Screen:
 
 
 def gated(
-    handler: Callable[..., dict], source: str, switch: bool = False, tab_select: bool = False, answer: Any = None
+    handler: Callable[..., dict], source: str, switch: bool = False, tab_select: bool = False
 ) -> Callable[..., dict]:
     """An event function: `handler`'s updates (keyed by component), or none at all (gr.skip()) when the
     Screen (its first input) says they are not for what is on screen. `switch`: the event puts `source`
     on screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected again, or by
-    the page's own script after an upload, has nothing new to say); `answer`: the component whose update
-    is the API's answer, which the Screen keeps for the follow-up."""
+    the page's own script after an upload, has nothing new to say). The handler's answer (under ANSWER)
+    goes to the Screen, for the follow-up, not to the page."""
 
     def run(screen: Screen, *inputs: Any) -> dict:
         ticket = screen.switch(source) if tab_select else screen.start(source if switch else None)
         if ticket is None:
             return gr.skip()
         updates = handler(*inputs)
-        return updates if screen.show(ticket, source, updates.get(answer)) else gr.skip()
+        answer = updates.pop(ANSWER, None)
+        return updates if screen.show(ticket, source, answer) else gr.skip()
 
     return run

@@ -14,6 +14,7 @@ import numpy as np
 from PIL import Image
 
 from frontend import plots
+from frontend.screen import ANSWER
 
 
 def decode_data_url(url: str) -> Image.Image:
@@ -162,6 +163,9 @@ def message_view(view: type[View], status: str) -> View:
     return view(**{**blank, "status": status, "footer": gr.skip()})
 
 
-def updates(view: View, components: Mapping[str, gr.components.Component]) -> dict[gr.components.Component, Any]:
-    """The view as Gradio updates: each field to the component of its name (a tab's `outputs`)."""
-    return {components[name]: value for name, value in view._asdict().items()}
+def updates(view: View, components: Mapping[str, gr.components.Component]) -> dict[Any, Any]:
+    """The view as Gradio updates: each field to the component of its name (a tab's `outputs`), and the
+    API's answer under screen.ANSWER, for the Screen (screen.gated takes it out)."""
+    fields = view._asdict()
+    answer = fields.pop("answer")
+    return {**{components[name]: value for name, value in fields.items()}, ANSWER: answer}

@@ -33,7 +33,7 @@ from frontend.handlers import (
 )
 from frontend.layout import BRUSH_RADIUS, CANVAS, TabUI
 from frontend.pad import PNG_DATA_URL
-from frontend.screen import DRAWING, UPLOAD, Screen, gated
+from frontend.screen import ANSWER, DRAWING, UPLOAD, Screen, gated
 from frontend.tabs import (
     DRAW_A_DIGIT,
     DRAW_TWO_DIGITS,
@@ -267,16 +267,16 @@ def test_an_event_passes_its_updates_or_drops_stale_ones():
 
 def test_an_answer_on_screen_is_followed_up_once():
     """The routing maps and Fig. 4 follow the answer that showed, once; a dropped answer has none."""
-    screen, output, answer = Screen(DRAWING), gr.Markdown(), gr.State()
+    screen, output = Screen(DRAWING), gr.Markdown()
     assert screen.follow() == (False, None)  # nothing shown yet
-    gated(lambda text: {output: text, answer: {"text": text}}, DRAWING, answer=answer)(screen, "a")
+    assert gated(lambda text: {output: text, ANSWER: {"text": text}}, DRAWING)(screen, "a") == {output: "a"}
     assert screen.follow() == (True, {"text": "a"}) and screen.follow() == (False, None)
 
     def overtaken(text):
         screen.start(DRAWING)
-        return {output: text, answer: {"text": text}}
+        return {output: text, ANSWER: {"text": text}}
 
-    gated(overtaken, DRAWING, answer=answer)(screen, "b")  # dropped: the answer on screen is still "a"'s
+    gated(overtaken, DRAWING)(screen, "b")  # dropped: the answer on screen is still "a"'s
     assert screen.follow() == (False, None)
 
 
@@ -288,7 +288,7 @@ def test_a_follow_up_that_waited_draws_the_answer_on_screen_as_it_runs(client, u
     screen = Screen(DRAWING)
     answers = {d: client.predict(EXAMPLES[d].read_bytes(), ui.tab.model) for d in (3, 7)}
     for d in (3, 7):
-        gated(lambda d=d: {ui.answer: answers[d]}, DRAWING, answer=ui.answer)(screen)
+        gated(lambda d=d: {ANSWER: answers[d]}, DRAWING)(screen)
     parts = list(follow_up(client, ui, screen, *[0.0] * CAPSULE_DIM))
     assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(ui.tab, answers[7])))
     assert not np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(ui.tab, answers[3])))
@@ -304,9 +304,7 @@ def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(clien
         tab, panel = ui.tab, ui.panel
         screen, answer = Screen(DRAWING), client.predict(example.read_bytes(), tab.model)
         digit = int(answer["objects"][0]["digit"]) if tab.view is PairView else 7
-        gated(lambda ui=ui, answer=answer: {ui.status: "", ui.answer: answer}, DRAWING, answer=ui.answer)(
-            screen
-        )  # an answer shows
+        gated(lambda ui=ui, answer=answer: {ui.status: "", ANSWER: answer}, DRAWING)(screen)  # an answer shows
         parts = list(follow_up(client, ui, screen, *deltas))
         assert [list(part) for part in parts] == [[ui.routing], [panel.perturbed], [panel.grid]]
         assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(tab, answer)))
@@ -324,12 +322,13 @@ def test_an_example_is_shown_in_the_upload_and_answered(client, uis):
         tab, shown = ui.tab, answer_example(client, ui, 3)
         path = str(tab.look.examples[3])
         view = predict_upload(client, tab, path)
-        expected = {ui.inputs.upload: path, **{ui.outputs[field]: value for field, value in view._asdict().items()}}
+        fields = {ui.outputs[field]: value for field, value in view._asdict().items() if field != "answer"}
+        expected = {ui.inputs.upload: path, **fields, ANSWER: view.answer}
         if tab.look.canvas:
             assert shown.pop(ui.inputs.tabs).selected == f"{tab.prefix}upload-tab"
         assert shown.keys() == expected.keys()
         assert shown[ui.inputs.upload] == path and shown[ui.status] == view.status
-        assert shown[ui.answer]["capsules"] == view.answer["capsules"]
+        assert shown[ANSWER]["capsules"] == view.answer["capsules"]
     seven = answer_example(client, uis["mnist"], 7)
     assert Path(seven[uis["mnist"].inputs.upload]).name.startswith("7_")
     assert seven[uis["mnist"].status].startswith("## Prediction: **7**") and seven[uis["mnist"].panel.digit] == 7
