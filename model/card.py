@@ -7,8 +7,6 @@ never from module constants, and checks it against the ONNX graphs' own inputs a
 without the section, or with one that does not parse, stops start-up with a sentence naming the folder.
 """
 
-import json
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -65,11 +63,6 @@ class Serving(_Section):
     @property
     def size(self) -> int:
         return self.input.size
-
-
-def load(folder: Path) -> dict:
-    """The card of a model folder, as written."""
-    return json.loads((Path(folder) / contract.MODEL_CARD).read_text())
 
 
 def build_serving(

@@ -350,8 +350,9 @@ def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int)
     dims = tensor_metadata(node)["shape"][1:]
     values = math.prod(dims)
     low, high = VALUE_RANGE[node.name]
-    json_rows = min(MAX_ROWS, (max_body_bytes - BODY_SLACK) // (JSON_NUMBER_BYTES * values))
-    binary_rows = min(MAX_ROWS, (max_body_bytes - BODY_SLACK) // (4 * values))
+    room = max_body_bytes - min(BODY_SLACK, max_body_bytes // 2)  # a small limit (1 KiB up) keeps half for rows
+    json_rows = max(1, min(MAX_ROWS, room // (JSON_NUMBER_BYTES * values)))
+    binary_rows = max(1, min(MAX_ROWS, room // (4 * values)))
     request = infer_request_schema(node.name, dims, low, high, json_rows, outputs)
     binary_form = (
         f"application/octet-stream: the binary tensor data extension. The body starts with the JSON request "

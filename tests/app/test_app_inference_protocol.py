@@ -199,3 +199,17 @@ def test_binary_data_output_makes_every_output_binary_unless_one_says_otherwise(
     assert lengths_out["parameters"] == {"binary_data_size": lengths.nbytes} and "data" not in lengths_out
     np.testing.assert_allclose(np.frombuffer(r.content[size:], "<f4").reshape(2, 10), lengths, rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.reshape(capsules_out["data"], (2, 10, 16)), capsules, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("limit", [1024, 50_000, 100_000])
+def test_a_small_body_limit_still_documents_one_row(limit):
+    """The rows a body may hold are the limit less some slack for the JSON around the numbers: with a limit
+    under that slack the schema said maxItems -1 or 0 (invalid, or unsatisfiable beside minItems 1)."""
+    from app.routes.inference_protocol import infer_operation
+
+    session = ort.InferenceSession(
+        str(contract.SHIPPED["affine"] / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"]
+    )
+    operation = infer_operation("affine", session, list(contract.CAPSNET_OUTPUTS), limit)
+    text = json.dumps(operation)
+    assert '"maxItems": 0' not in text and '"maxItems": -' not in text and '"maximum": -' not in text
