@@ -1,4 +1,4 @@
-"""The API, over HTTP: a thin httpx client of the CapsNet service (routes and fields: DESIGN.md, app/schemas.py).
+"""The API, over HTTP: a thin httpx client of the CapsNet service (its routes: docs/ARCHITECTURE.md, app/schemas.py).
 
 Every failure becomes an ApiError whose message a person can act on; ApiUnreachable says the API may
 answer later (down, slow, or still loading its models).

@@ -1,9 +1,9 @@
 """Pictures for the demo, drawn with numpy and Pillow (no matplotlib in the demo image).
 
 Each function takes plain arrays from the API and returns one PIL image:
-`digit` (a model's square input or reconstruction, 28x28 or 36x36, upscaled without blur, grey or
+`digit` (a model's square input or reconstruction, 28x28, 36x36 or 40x40, upscaled without blur, grey or
 tinted), `lengths_chart` (the 10 capsule lengths with the margin-loss lines m+ and m-),
-`routing_heatmaps` (the per-class routing maps on the primary grid, 6x6 or 10x10) and `fig4_grid`
+`routing_heatmaps` (the per-class routing maps on the primary grid, 6x6 to 12x12) and `fig4_grid`
 (the paper's Fig. 4: one row per capsule dimension, one column per perturbation).
 """
 
