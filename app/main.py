@@ -15,7 +15,7 @@ from app.engine import Engines
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
 from app.middleware import REQUEST_ID, BodyLimitMiddleware, RequestIdMiddleware
-from app.routes import health, inference_protocol, models, predict, reconstruct
+from app.routes import explain, health, inference_protocol, models, predict, reconstruct
 from app.settings import Settings, get_settings
 
 DESCRIPTION = """CapsNet (Sabour, Frosst & Hinton 2017, https://arxiv.org/abs/1710.09829) on ONNX Runtime.
@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["*"],
             expose_headers=[REQUEST_ID],
         )
-    for module in (predict, reconstruct, models, health, inference_protocol):
+    for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document
     return app

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.imaging.transform import TransformName
 from model import contract
 
 # Every shipped model has 10 classes of 16D capsules; the image, grid and primary-capsule sizes are each
@@ -233,6 +234,48 @@ class ReconstructResponse(BaseModel):
         json_schema_extra={"examples": [{"items": [{"image": [[0.0] * S for _ in range(S)], "png": PNG_EXAMPLE}]}]}
     )
     items: list[Drawing]
+
+
+# --- /explain -------------------------------------------------------------------------------------
+EXPLAIN_OPTIONS = ("inputs", "reconstructions", "capsules")  # /explain?include=
+SWEEP_STEPS = 19  # /explain's default: -45..45 degrees in 5 degree steps
+MAX_SWEEP_STEPS = 64  # one batch of the default max_batch
+
+
+class Followed(BaseModel):
+    digit: int = Field(ge=0, le=C - 1, description="the class whose capsule the sweep follows")
+    label: str = Field(examples=["7"])
+
+
+class SweepStep(BaseModel):
+    """The model's answer for the input under one value of the transform."""
+
+    value: float = Field(description="the transform's parameter at this step (its unit: `unit`)")
+    prediction: int = Field(ge=0, le=C - 1, description="the class with the longest capsule at this step")
+    label: str = Field(examples=["7"])
+    lengths: Annotated[list[Unit], PER_CLASS] = Field(description="capsule lengths ||v_j|| at this step")
+    capsule: Annotated[list[float], PER_DIM] = Field(description="the followed class's capsule v_j at this step")
+    capsules: Annotated[list[Annotated[list[float], PER_DIM]], PER_CLASS] | None = Field(
+        None, description="every class capsule, 10x16 (include=capsules)"
+    )
+    input: str | None = Field(None, description="the transformed input as a PNG data URL (include=inputs)")
+    reconstruction: str | None = Field(
+        None,
+        description="the decoder's drawing of the followed capsule alone, PNG data URL (include=reconstructions)",
+    )
+
+
+class ExplainResponse(BaseModel):
+    """A sweep of one transform over the model's input, run as one batch: how the capsules move."""
+
+    transform: TransformName
+    unit: str = Field(examples=["degrees"])
+    follow: Followed = Field(description="the answer for the untransformed input, unless ?follow= names a class")
+    original: SweepStep = Field(description="the untransformed input (value: the transform's identity)")
+    steps: list[SweepStep] = Field(description="one per value, in order")
+    input: str = Field(description="the untransformed input (the model's size) as a PNG data URL")
+    warnings: list[str] = Field(description="sentences about the input, as /predict's")
+    model: ModelInfo
 
 
 # --- health ---------------------------------------------------------------------------------------
