@@ -75,6 +75,18 @@ class ApiClient:
         answer = self.call("POST", "/reconstruct", params={**which(model), "include": "image"}, json={"items": items})
         return np.array([r["image"] for r in answer["items"]], dtype=np.float32)
 
+    def explain(
+        self, png: bytes, model: str | None, transform: str, start: float, stop: float, steps: int, follow: int
+    ) -> dict[str, Any]:
+        """POST /explain: the model's input (png, already its size) under `steps` values of `transform`, one batch."""
+        params = {"transform": transform, "start": start, "stop": stop, "steps": steps, "follow": follow}
+        return self.call(
+            "POST",
+            "/explain",
+            params={**which(model), **params, "preprocess": "none", "include": "inputs,reconstructions"},
+            files={"file": ("input.png", png, "image/png")},
+        )
+
     def model(self, model: str | None = None) -> dict[str, Any]:
         return self.call("GET", "/model", params=which(model))
 

@@ -45,12 +45,13 @@ def wire(demo: gr.Blocks, client: ApiClient, page: Page) -> None:
 
 def wire_tab(client: ApiClient, ui: TabUI) -> None:
     """One model's tab: its answers, their follow-up, the perturbation panel and the footer."""
-    inputs, panel, api = ui.inputs, ui.panel, ui.tab.prefix.replace("-", "_")
+    inputs, panel, transform, api = ui.inputs, ui.panel, ui.transform, ui.tab.prefix.replace("-", "_")
     answers = list(ui.outputs.values())
+    swept = [transform.sweep, transform.value, *transform.outputs.values()]
     follow: dict[str, Any] = dict(
         fn=partial(handlers.follow_up, client, ui),
-        inputs=[ui.screen, *panel.sliders],
-        outputs=[ui.routing, panel.perturbed, panel.grid],
+        inputs=[ui.screen, transform.open, transform.transform, *panel.sliders],
+        outputs=[*ui.routing, panel.perturbed, panel.grid, *swept],
         show_progress="hidden",
         js=AFTER_PAINT,
     )
@@ -108,5 +109,42 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
     panel.digit.input(**redraw, **LIVE).then(**regrid)
     gr.on([slider.release for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
     panel.reset.click(partial(handlers.reset_sliders, ui), None, panel.sliders, **PRIVATE).then(**redraw)
+
+    panel.digit.change(partial(handlers.label_sliders, ui), panel.digit, panel.sliders, **PRIVATE)
+
+    # Routing, iteration by iteration: the answer on screen has every iteration's maps.
+    routing = ui.routing
+    routing.iteration.input(
+        partial(handlers.show_iteration, ui),
+        [ui.screen, routing.iteration],
+        [routing.maps, routing.change],
+        **LIVE,
+        **PRIVATE,
+    )
+
+    # The Transform panel: opened, it sweeps the answer on screen (and each new one, in the follow-up); a
+    # transform picked sweeps again; the slider only redraws from the sweep it has.
+    transform.accordion.expand(
+        partial(handlers.open_transform, client, ui),
+        [ui.screen, transform.transform],
+        [transform.open, *swept],
+        **LIVE,
+        **PRIVATE,
+    )
+    transform.accordion.collapse(partial(handlers.close_transform, ui), None, transform.open, **PRIVATE)
+    transform.transform.input(
+        partial(handlers.choose_transform, client, ui),
+        [ui.screen, transform.transform],
+        swept,
+        **LIVE,
+        api_name=f"{api}sweep",
+    )
+    transform.value.input(
+        partial(handlers.slide, ui),
+        [transform.sweep, transform.value],
+        list(transform.outputs.values()),
+        **LIVE,
+        **PRIVATE,
+    )
 
     ui.page.select(partial(handlers.show_footer, client, ui), None, ui.footer, show_progress="hidden", **PRIVATE)

@@ -10,9 +10,9 @@ import gradio as gr
 import numpy as np
 from PIL import Image
 
-from frontend import plots
+from frontend import plots, sweeps
 from frontend.client import ApiClient, ApiError
-from frontend.layout import TabUI, upload_tab_id
+from frontend.layout import TabUI, slider_of, upload_tab_id
 from frontend.pad import drawing_png
 from frontend.screen import Screen
 from frontend.tabs import Tab
@@ -48,9 +48,26 @@ def predict_upload(client: ApiClient, tab: Tab, path: str | None) -> View:
     return predict_png(client, tab, Path(path).read_bytes() if path else None)
 
 
-def routing_view(tab: Tab, answer: dict[str, Any] | None) -> Image.Image | None:
-    """The routing maps of the answer on screen (none without one)."""
-    return None if answer is None else routing_maps(answer, tab.classes)
+def routing_view(tab: Tab, answer: dict[str, Any] | None, iteration: int | None = None) -> Image.Image | None:
+    """The routing maps of the answer on screen at routing iteration r (the last without one; none without
+    an answer)."""
+    return None if answer is None else routing_maps(answer, tab.classes, iteration)
+
+
+def iteration_words(answer: dict[str, Any] | None, iteration: int) -> str:
+    """What routing iteration r did: the couplings' and the logits' mean change (Fig. A.1's quantity)."""
+    iterations = (answer or {}).get("routing", {}).get("iterations")
+    if not iterations:
+        return ""
+    step = iterations[iteration - 1]
+    if iteration == 1:
+        coupling = "every coupling c<sub>ij</sub> is 1/10: each child splits its vote evenly"
+    else:
+        coupling = f"the couplings moved by {step['coupling_change']:.4f} on average (mean |Δc<sub>ij</sub>|)"
+    return (
+        f"**Iteration {iteration} of {len(iterations)}**: {coupling}; the agreement it adds to the logits "
+        f"b<sub>ij</sub> is {step['logit_change']:.3f} on average (mean |û·v|, Fig. A.1)."
+    )
 
 
 def perturb(
@@ -121,20 +138,30 @@ def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
     return {**upload_in_view, ui.inputs.upload: path, **answer_upload(client, ui, path)}
 
 
-def follow_up(client: ApiClient, ui: TabUI, screen: Screen, *deltas: float) -> Iterator[dict]:
-    """What follows the answer on screen, each part as soon as it is drawn: its routing maps, its capsule
-    (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid. Nothing when that answer
+def follow_up(
+    client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, *deltas: float
+) -> Iterator[dict]:
+    """What follows the answer on screen, each part as soon as it is drawn: its routing maps (the last
+    iteration), its capsule (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid, and
+    its sweep when the Transform panel is open (`opened`). Nothing when that answer
     has been followed up already (by the follow-up of a prediction whose answer was dropped, see Screen).
     The answer is the Screen's as this runs, not the one the event was sent with."""
     due, answer = screen.follow()
     if not due:
         yield gr.skip()
         return
-    panel, model = ui.panel, ui.tab.model
-    yield {ui.routing: routing_view(ui.tab, answer)}
+    panel, model, routing = ui.panel, ui.tab.model, ui.routing
+    last = len((answer or {}).get("routing", {}).get("iterations") or [])
+    yield {
+        routing.maps: routing_view(ui.tab, answer),
+        routing.iteration: gr.Slider(maximum=last, value=last, visible=True) if last else gr.Slider(visible=False),
+        routing.change: iteration_words(answer, last),
+    }
     capsules, digit = (answer["capsules"], picked(answer)) if answer else (None, None)
     yield {panel.perturbed: perturb(client, capsules, digit, *deltas, model=model)}
     yield {panel.grid: fig4(client, capsules, digit, model=model)}
+    if opened:
+        yield sweep_answer(client, ui, answer, transform)
 
 
 def redraw(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, digit: int | None, *deltas: float) -> dict:
@@ -145,6 +172,59 @@ def redraw(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, dig
 def regrid(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, digit: int | None) -> dict:
     """The chosen capsule's Fig. 4."""
     return {ui.panel.grid: fig4(client, capsules, digit, model=ui.tab.model)}
+
+
+def show_iteration(ui: TabUI, screen: Screen, iteration: int) -> dict:
+    """The routing maps of the answer on screen at iteration r, and what that iteration changed."""
+    answer = screen.answer
+    return {
+        ui.routing.maps: routing_view(ui.tab, answer, int(iteration)),
+        ui.routing.change: iteration_words(answer, int(iteration)),
+    }
+
+
+def sweep_answer(client: ApiClient, ui: TabUI, answer: dict[str, Any] | None, transform: str) -> dict:
+    """The Transform panel for an answer: its sweep (one POST /explain per model), the slider at the
+    transform's identity over its range, and the panel drawn there; blank without an answer."""
+    panel = ui.transform
+    slider = slider_of(transform)
+    if answer is None:
+        return {panel.sweep: None, panel.value: slider, **dict.fromkeys(panel.outputs.values())}
+    try:
+        sweep = sweeps.explain(client, ui.tab, answer, transform, picked(answer))
+    except ApiError as error:
+        return {panel.sweep: None, panel.value: slider, panel.status: str(error)}
+    drawn = sweeps.shown(sweep, ui.tab, sweeps.SWEEPS[transform].identity)
+    return {panel.sweep: sweep, panel.value: slider, **{panel.outputs[k]: v for k, v in drawn.items()}}
+
+
+def open_transform(client: ApiClient, ui: TabUI, screen: Screen, transform: str) -> dict:
+    """The panel opened: it sweeps the answer on screen from now on, starting now."""
+    return {ui.transform.open: True, **sweep_answer(client, ui, screen.answer, transform)}
+
+
+def close_transform(ui: TabUI) -> dict:
+    return {ui.transform.open: False}
+
+
+def choose_transform(client: ApiClient, ui: TabUI, screen: Screen, transform: str) -> dict:
+    return sweep_answer(client, ui, screen.answer, transform)
+
+
+def slide(ui: TabUI, sweep: sweeps.Sweep | None, value: float) -> dict:
+    """The panel at the slider's value: no call, the sweep has every step."""
+    if sweep is None:
+        return {}
+    panel = ui.transform
+    return {panel.outputs[k]: v for k, v in sweeps.shown(sweep, ui.tab, value).items()}
+
+
+def label_sliders(ui: TabUI, digit: int | None) -> dict:
+    """The perturbation sliders named by what each dimension of the chosen capsule does (its card's words)."""
+    if digit is None:
+        return {}
+    labels = sweeps.dimension_labels(ui.tab, int(digit))
+    return {slider: gr.Slider(label=label) for slider, label in zip(ui.panel.sliders, labels, strict=True)}
 
 
 def reset_sliders(ui: TabUI) -> dict:

@@ -7,6 +7,7 @@ import gradio as gr
 
 from frontend.pad import drawing_pad
 from frontend.screen import DRAWING, UPLOAD, Screen
+from frontend.sweeps import DEFAULT, SWEEPS
 from frontend.tabs import Tab
 from frontend.views import PICTURES, PairView
 from model.contract import CAPSULE_DIM, NUM_CLASSES, PERTURB_LIMIT, PERTURB_STEP, primary_grid
@@ -102,16 +103,31 @@ def answer_column(tab: Tab) -> tuple[gr.Markdown, dict[str, gr.Image], gr.Image]
     return status, pictures, lengths
 
 
-def routing_column(tab: Tab) -> gr.Image:
+class RoutingColumn(NamedTuple):
+    """The routing maps of the answer and the routing iteration they show (Procedure 1)."""
+
+    maps: gr.Image
+    iteration: gr.Slider  # r = 1 .. R; R, the final coupling, by default
+    change: gr.Markdown  # how much iteration r changed the logits and the couplings (Fig. A.1)
+
+
+def routing_column(tab: Tab) -> RoutingColumn:
     grid, noun = primary_grid(tab.size), tab.look.noun
     first = "The predicted digits come first." if tab.view is PairView else f"The predicted {noun} comes first."
     gr.Markdown(
         f"### Routing\nWhere the votes went: for each {noun}, the {grid}x{grid} PrimaryCaps grid weighted by the "
-        "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. " + first
+        "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. " + first + " Step through "
+        "the routing iterations: at r = 1 every child sends 1/10 of its vote to each class; agreement then "
+        "moves the couplings to the classes whose output the vote agrees with (Procedure 1)."
     )
-    return gr.Image(
+    maps = gr.Image(
         label="Routing maps", format="png", show_label=False, buttons=["fullscreen"], elem_id=f"{tab.prefix}routing"
     )
+    iteration = gr.Slider(
+        1, 3, value=3, step=1, label="Routing iteration r", visible=False, elem_id=f"{tab.prefix}iteration"
+    )
+    change = gr.Markdown(elem_id=f"{tab.prefix}iteration-change")
+    return RoutingColumn(maps, iteration, change)
 
 
 class Panel(NamedTuple):
@@ -173,6 +189,95 @@ def perturbation_panel(tab: Tab) -> Panel:
     return Panel(digit, reset, sliders, perturbed, grid)
 
 
+class TransformPanel(NamedTuple):
+    """Transform the answer's input along a sweep and watch its capsule (POST /explain), beside the partner's."""
+
+    accordion: gr.Accordion
+    transform: gr.Radio
+    value: gr.Slider
+    status: gr.Markdown
+    pictures: dict[str, gr.Image]  # input, drawn (and partner_input, partner_drawn)
+    lengths: gr.Image
+    dimensions: gr.Image
+    sweep: gr.State  # the Sweep on screen (frontend.sweeps), None before one
+    open: gr.State  # whether the accordion is open: only then does a new answer get swept
+
+    @property
+    def outputs(self) -> dict[str, gr.components.Component]:
+        """The component of each field of sweeps.shown."""
+        return {"status": self.status, **self.pictures, "lengths": self.lengths, "dimensions": self.dimensions}
+
+
+def slider_of(transform: str, label: str = "") -> gr.Slider:
+    spec = SWEEPS[transform]
+    return gr.Slider(
+        spec.start, spec.stop, value=spec.identity, step=spec.step, label=label or f"{spec.label} ({spec.unit.strip()})"
+    )
+
+
+def transform_panel(tab: Tab) -> TransformPanel:
+    """A transform to pick, a slider along its sweep, the transformed input and its capsule's drawing (the
+    partner's beside), the class lengths and the 16 dimensions along the sweep."""
+    p, noun = tab.prefix, tab.look.noun
+    beside = f" and `{tab.partner.model}` beside it" if tab.partner else ""
+    with gr.Accordion("Transform the input: equivariance", open=False, elem_id=f"{p}transform") as accordion:
+        gr.Markdown(
+            f"Turn, scale, slant, move or thicken the input the model saw and watch the {noun} capsule: its "
+            "**length** should hold (the answer stays), while some of its **16 dimensions** follow the change "
+            f"smoothly (section 5.1: the direction says how it is drawn). Every step is read by `{tab.model}`"
+            f"{beside} in one batch; the slider moves along the sweep."
+        )
+        with gr.Row():
+            transform = gr.Radio(
+                [(spec.label, name) for name, spec in SWEEPS.items()],
+                value=DEFAULT,
+                label="Transform",
+                elem_id=f"{p}transform-kind",
+            )
+            value = slider_of(DEFAULT)
+            value.elem_id = f"{p}transform-value"
+        status = gr.Markdown(elem_id=f"{p}transform-status")
+        pictures: dict[str, gr.Image] = {}
+        with gr.Row(equal_height=False):
+            shown = [("input", f"{tab.model}: input"), ("drawn", f"{tab.model}: from the capsule")]
+            if tab.partner:
+                shown += [
+                    ("partner_input", f"{tab.partner.model}: input"),
+                    ("partner_drawn", f"{tab.partner.model}: from the capsule"),
+                ]
+            for field, label in shown:
+                pictures[field] = gr.Image(
+                    label=label,
+                    format="png",
+                    height=150,
+                    buttons=[],
+                    elem_id=f"{p}transform-{field}",
+                    elem_classes="pixels",
+                )
+        with gr.Row(equal_height=False):
+            with gr.Column():
+                gr.Markdown("**Capsule lengths along the sweep**: the followed class in colour, the others grey")
+                lengths = gr.Image(
+                    label="Capsule lengths along the sweep",
+                    show_label=False,
+                    format="png",
+                    buttons=[],
+                    elem_id=f"{p}transform-lengths",
+                )
+            with gr.Column():
+                gr.Markdown(f"**The {noun} capsule's 16 dimensions along the sweep**: the 4 that move most in colour")
+                dimensions = gr.Image(
+                    label="The capsule's 16 dimensions along the sweep",
+                    show_label=False,
+                    format="png",
+                    buttons=["fullscreen"],
+                    elem_id=f"{p}transform-dimensions",
+                )
+    return TransformPanel(
+        accordion, transform, value, status, pictures, lengths, dimensions, gr.State(None), gr.State(False)
+    )
+
+
 class TabUI(NamedTuple):
     """One model's tab on the page: its Tab, its components and its per-session state."""
 
@@ -182,8 +287,9 @@ class TabUI(NamedTuple):
     status: gr.Markdown
     pictures: dict[str, gr.Image]  # by the view's field: input, reconstruction (or overlay, first, second)
     lengths: gr.Image
-    routing: gr.Image
+    routing: RoutingColumn
     panel: Panel
+    transform: TransformPanel
     footer: gr.Markdown  # the page's, below every tab: the model of the tab in view
     capsules: gr.State  # of the answer on screen, for the perturbation panel
     screen: gr.State  # Screen: which input is on screen and which prediction started last
@@ -212,10 +318,11 @@ def model_tab(tab: Tab, footer: gr.Markdown) -> TabUI:
             with gr.Column(scale=4, min_width=360):
                 routing = routing_column(tab)
         panel = perturbation_panel(tab)
+        transform = transform_panel(tab)
         # Inside the tab: a child of gr.Tabs that is not a gr.Tab (a State too) made the page add a second
         # header for a tab when it was first selected, or show one tab's header twice and another's not at all.
         states = gr.State(None), gr.State(Screen(DRAWING if tab.look.canvas else UPLOAD))
-    return TabUI(tab, page, shown_inputs, status, pictures, lengths, routing, panel, footer, *states)
+    return TabUI(tab, page, shown_inputs, status, pictures, lengths, routing, panel, transform, footer, *states)
 
 
 class Page(NamedTuple):

@@ -181,3 +181,101 @@ def fig4_grid(tiles: np.ndarray, offsets: np.ndarray, scale: int = 2) -> Image.I
         for c in range(steps):
             image.paste(digit(tiles[r, c], scale), (left + c * (side + gap), top + r * (side + gap)))
     return image
+
+
+def _axis_range(values: np.ndarray) -> tuple[float, float]:
+    low, high = float(np.min(values)), float(np.max(values))
+    return (low, high) if high > low else (low - 1.0, high + 1.0)
+
+
+def _polyline(draw: ImageDraw.ImageDraw, xs: np.ndarray, ys: np.ndarray, fill: RGB, width: int) -> None:
+    draw.line(list(zip(xs.tolist(), ys.tolist(), strict=True)), fill=fill, width=width, joint="curve")
+
+
+def sweep_lengths(
+    values: np.ndarray,
+    series: Sequence[tuple[str, np.ndarray, RGB]],
+    followed: int,
+    at: int,
+    names: Sequence[str] = DIGITS,
+    unit: str = "",
+    width: int = 560,
+    height: int = 280,
+) -> Image.Image:
+    """Capsule lengths along a sweep of one transform (POST /explain): the followed class's length for each
+    model in `series` (name, lengths (steps, classes), colour), the first model's other classes in grey,
+    the margin-loss lines m+ and m- (Eq. 4), and a marker at step `at` (the slider's)."""
+    left, right, top, bottom = 44, 110, 14, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    image = Image.new("RGB", (width, height), PAPER)
+    draw = ImageDraw.Draw(image)
+    small = font(12)
+    low, high = _axis_range(values)
+    xs = left + plot_w * (np.asarray(values, np.float64) - low) / (high - low)
+
+    def y_of(length: np.ndarray | float) -> np.ndarray:
+        return top + plot_h * (1.0 - np.clip(length, 0.0, 1.0))
+
+    for tick in (0.0, 0.5, 1.0):
+        draw.text((left - 8, float(y_of(tick))), f"{tick:.1f}", fill=MUTED, font=small, anchor="rm")
+    draw.line([(left, top), (left, top + plot_h), (left + plot_w, top + plot_h)], fill=MUTED)
+    for value in (low, (low + high) / 2, high):
+        x = left + plot_w * (value - low) / (high - low)
+        draw.text((x, top + plot_h + 6), f"{value:g}", fill=MUTED, font=small, anchor="mt")
+    draw.text((left + plot_w / 2, height - 4), unit, fill=MUTED, font=small, anchor="mb")
+    for margin, label in ((M_PLUS, "m+"), (M_MINUS, "m-")):
+        y = float(y_of(margin))
+        for x in range(left, left + plot_w, 10):  # dashed
+            draw.line([(x, y), (min(x + 5, left + plot_w), y)], fill=MARGIN)
+        draw.text((left + plot_w + 6, y), label, fill=MARGIN, font=small, anchor="lm")
+    first = np.asarray(series[0][1], np.float32)
+    for j in range(first.shape[1]):
+        if j != followed:
+            _polyline(draw, xs, y_of(first[:, j]), BAR, 1)
+    x_at = float(xs[at])
+    draw.line([(x_at, top), (x_at, top + plot_h)], fill=INK, width=1)
+    for k, (name, lengths, colour) in enumerate(series):
+        ys = y_of(np.asarray(lengths, np.float32)[:, followed])
+        _polyline(draw, xs, ys, colour, 3 - min(k, 1))
+        draw.ellipse([x_at - 4, ys[at] - 4, x_at + 4, ys[at] + 4], fill=colour)
+        draw.text(
+            (left + plot_w + 6, top + plot_h * 0.3 + 18 * k), f"{name}: {names[followed]}", fill=colour, font=small
+        )
+    return image
+
+
+def sweep_dimensions(
+    values: np.ndarray,
+    capsules: np.ndarray,
+    at: int,
+    labels: Sequence[str],
+    moving: int = 4,
+    panel: tuple[int, int] = (150, 70),
+) -> Image.Image:
+    """The followed capsule's dimensions along a sweep, one small chart each on one shared scale (4 x 4
+    for 16), a marker at step `at`: the `moving` dimensions that change most over the sweep in the
+    accent colour (equivariance: they follow the transform), the others grey."""
+    capsules = np.asarray(capsules, np.float32)  # (steps, dims)
+    steps, dims = capsules.shape
+    columns = 4
+    rows = math.ceil(dims / columns)
+    (w, h), gap, caption = panel, 10, 18
+    image = Image.new("RGB", (columns * (w + gap) + gap, rows * (h + caption + gap) + gap), PAPER)
+    draw = ImageDraw.Draw(image)
+    reach = max(float(np.abs(capsules).max()), 1e-6)
+    spread = np.ptp(capsules, axis=0)
+    leaders = set(np.argsort(-spread)[:moving].tolist())
+    xs_unit = np.linspace(0.0, 1.0, steps)
+    for d in range(dims):
+        x0 = gap + (d % columns) * (w + gap)
+        y0 = gap + (d // columns) * (h + caption + gap) + caption
+        colour = WINNER if d in leaders else BAR
+        draw.text((x0, y0 - 4), labels[d], fill=INK if d in leaders else MUTED, font=font(12), anchor="ls")
+        draw.rectangle([x0, y0, x0 + w, y0 + h], outline=(226, 232, 240))
+        draw.line([(x0, y0 + h / 2), (x0 + w, y0 + h / 2)], fill=(226, 232, 240))
+        xs = x0 + w * xs_unit
+        ys = y0 + h / 2 - (h / 2 - 3) * capsules[:, d] / reach
+        _polyline(draw, xs, ys, colour, 2)
+        draw.line([(xs[at], y0), (xs[at], y0 + h)], fill=INK)
+        draw.ellipse([xs[at] - 3, ys[at] - 3, xs[at] + 3, ys[at] + 3], fill=colour)
+    return image

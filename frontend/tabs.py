@@ -85,6 +85,8 @@ class Tab(NamedTuple):
     classes: list[str]  # the class of each capsule
     view: type[View]  # one object, or a pair
     look: Look
+    dimensions: dict[str, list[str]] | None = None  # per class, what each capsule dimension does (GET /models)
+    partner: "Tab | None" = None  # another served model of the same kind, swept beside this one (affine, mnist)
 
 
 def tab_of(entry: dict[str, Any], title: str, prefix: str) -> Tab:
@@ -103,6 +105,7 @@ def tab_of(entry: dict[str, Any], title: str, prefix: str) -> Tab:
         classes=list(entry["classes"]),
         view=VIEWS[entry["objects"]],
         look=LOOKS[entry["preprocessing"]],
+        dimensions=entry.get("dimensions"),
     )
 
 
@@ -121,4 +124,9 @@ def tabs_from(models: dict[str, Any]) -> list[Tab]:
         if prefix in {tab.prefix for tab in tabs}:  # a model named as another kind's prefix ("pair")
             prefix = f"{prefix}{len(tabs)}-"
         tabs.append(tab_of(entry, title, prefix))
-    return tabs
+    return [tab._replace(partner=partner(tab, tabs)) for tab in tabs]
+
+
+def partner(tab: Tab, tabs: list[Tab]) -> Tab | None:
+    """The first other tab of the same kind (same look and objects): its model's sweep is drawn beside."""
+    return next((t for t in tabs if t is not tab and t.look is tab.look and t.view is tab.view), None)

@@ -47,12 +47,15 @@ def lengths_chart(answer: dict[str, Any], names: list[str]) -> Image.Image:
     return plots.lengths_chart(np.asarray(answer["probabilities"], dtype=np.float32), marks(answer), names)
 
 
-def routing_maps(answer: dict[str, Any], names: list[str]) -> Image.Image:
-    """The routing maps, the answered classes first, then by capsule length."""
+def routing_maps(answer: dict[str, Any], names: list[str], iteration: int | None = None) -> Image.Image:
+    """The routing maps, the answered classes first, then by capsule length: those of routing iteration r
+    (1-based) where the answer has every iteration's, else the final ones."""
     lengths = np.asarray(answer["probabilities"], dtype=np.float32)
     marked = marks(answer)
     order = list(marked) + [int(j) for j in np.argsort(-lengths) if j not in marked]
-    maps = np.asarray(answer["routing"]["maps"], dtype=np.float32)
+    iterations = answer["routing"].get("iterations")
+    chosen = iterations[iteration - 1]["maps"] if iterations and iteration else answer["routing"]["maps"]
+    maps = np.asarray(chosen, dtype=np.float32)
     return plots.routing_heatmaps(maps, lengths, order, marked, names)
 
 

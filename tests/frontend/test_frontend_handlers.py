@@ -34,6 +34,7 @@ from frontend.handlers import (
 from frontend.layout import BRUSH_RADIUS, CANVAS, TabUI
 from frontend.pad import PNG_DATA_URL
 from frontend.screen import ANSWER, DRAWING, UPLOAD, Screen, gated
+from frontend.sweeps import DEFAULT
 from frontend.tabs import (
     DRAW_A_DIGIT,
     DRAW_TWO_DIGITS,
@@ -289,10 +290,11 @@ def test_a_follow_up_that_waited_draws_the_answer_on_screen_as_it_runs(client, u
     answers = {d: client.predict(EXAMPLES[d].read_bytes(), ui.tab.model) for d in (3, 7)}
     for d in (3, 7):
         gated(lambda d=d: {ANSWER: answers[d]}, DRAWING)(screen)
-    parts = list(follow_up(client, ui, screen, *[0.0] * CAPSULE_DIM))
-    assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(ui.tab, answers[7])))
-    assert not np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(ui.tab, answers[3])))
-    assert list(follow_up(client, ui, screen, *[0.0] * CAPSULE_DIM)) == [gr.skip()]
+    parts = list(follow_up(client, ui, screen, False, DEFAULT, *[0.0] * CAPSULE_DIM))
+    maps = ui.routing.maps
+    assert np.array_equal(np.asarray(parts[0][maps]), np.asarray(routing_view(ui.tab, answers[7])))
+    assert not np.array_equal(np.asarray(parts[0][maps]), np.asarray(routing_view(ui.tab, answers[3])))
+    assert list(follow_up(client, ui, screen, False, DEFAULT, *[0.0] * CAPSULE_DIM)) == [gr.skip()]
 
 
 def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(client, uis):
@@ -305,13 +307,13 @@ def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(clien
         screen, answer = Screen(DRAWING), client.predict(example.read_bytes(), tab.model)
         digit = int(answer["objects"][0]["digit"]) if tab.view is PairView else 7
         gated(lambda ui=ui, answer=answer: {ui.status: "", ANSWER: answer}, DRAWING)(screen)  # an answer shows
-        parts = list(follow_up(client, ui, screen, *deltas))
-        assert [list(part) for part in parts] == [[ui.routing], [panel.perturbed], [panel.grid]]
-        assert np.array_equal(np.asarray(parts[0][ui.routing]), np.asarray(routing_view(tab, answer)))
+        parts = list(follow_up(client, ui, screen, False, DEFAULT, *deltas))
+        assert [list(part) for part in parts] == [list(ui.routing), [panel.perturbed], [panel.grid]]
+        assert np.array_equal(np.asarray(parts[0][ui.routing.maps]), np.asarray(routing_view(tab, answer)))
         expected = perturb(client, answer["capsules"], digit, *deltas, model=tab.model)
         assert np.array_equal(np.asarray(parts[1][panel.perturbed]), np.asarray(expected))
         assert parts[2][panel.grid].size == fig4(client, answer["capsules"], digit, tab.model).size
-        again = list(follow_up(client, ui, screen, *deltas))
+        again = list(follow_up(client, ui, screen, False, DEFAULT, *deltas))
         assert again == [gr.skip()]  # followed up already: no update to any output
 
 
