@@ -155,6 +155,44 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     screenshot(page, tmp_path / "demo.png")
 
 
+def test_transform_a_drawn_digit_and_watch_its_capsule(page, made_demo_url, tmp_path):
+    """A person draws a 7 in two strokes, opens the Transform panel, sees the sweep read by mnist and
+    affine, slides to 30 degrees (the turned input and the words follow), picks Scale, then draws a new
+    digit with the panel open and sees it swept."""
+    from playwright.sync_api import expect
+
+    open_demo(page, made_demo_url)
+    box = page.locator("#sketch canvas").first.bounding_box()
+    cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
+    stroke(page, [(cx - 0.45 * r, cy - 0.6 * r), (cx + 0.4 * r, cy - 0.6 * r)])  # a 7: the bar, then the stem
+    stroke(page, [(cx + 0.4 * r, cy - 0.6 * r), (cx - 0.1 * r, cy + 0.7 * r)])
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
+
+    page.locator("#transform").get_by_text("Transform the input").click()
+    status = page.locator("#transform-status")
+    expect(status).to_contain_text("Rotate 0°, following the 7 capsule")
+    expect(status).to_contain_text("mnist reads 7")
+    expect(status).to_contain_text("affine reads")
+    turned = page.locator("#transform-input img")
+    before = turned.get_attribute("src")
+    slider = page.locator("#transform-value input[type=range]")
+    slider.focus()
+    for _ in range(6):  # 5 degrees a step
+        page.keyboard.press("ArrowRight")
+    expect(status).to_contain_text("Rotate 30°")
+    expect(turned).not_to_have_attribute("src", before)
+    expect(page.locator("#transform-dimensions img")).to_be_visible()
+
+    page.locator("#transform-kind").get_by_text("Scale").click()
+    expect(status).to_contain_text("Scale 1x")
+    clear_pad(page)
+    stroke(page, [(cx, cy - 0.7 * r), (cx, cy + 0.7 * r)])  # a 1, swept with the panel open
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?1"))
+    expect(status).to_contain_text("following the 1 capsule")
+    page.locator("#transform").scroll_into_view_if_needed()
+    screenshot(page, tmp_path / "demo_transform.png")
+
+
 def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
