@@ -189,6 +189,21 @@ CASES = [
     ("a blank canvas to the garment model", "POST", "/predict", upload(bigger()), {"model": "fashion-mnist"}),
     ("reconstruct on no model", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE}}, {"model": "x"}),
     ("model card of no model", "GET", "/model", {}, {"model": "nope"}),
+    # /explain: a sweep over the prepared input
+    ("explain thousands of steps", "POST", "/explain", upload(PNG), {"steps": 5000}),
+    ("explain one step", "POST", "/explain", upload(PNG), {"steps": 1}),
+    ("explain a NaN start", "POST", "/explain", upload(PNG), {"start": "NaN"}),
+    ("explain an infinite stop", "POST", "/explain", upload(PNG), {"stop": "-inf"}),
+    ("explain a huge rotation", "POST", "/explain", upload(PNG), {"start": 1e308}),
+    ("explain a zero scale", "POST", "/explain", upload(PNG), {"transform": "scale", "start": 0}),
+    ("explain a negative scale", "POST", "/explain", upload(PNG), {"transform": "scale", "stop": -2}),
+    ("explain a 50 px thickening", "POST", "/explain", upload(PNG), {"transform": "thickness", "stop": 50}),
+    ("explain an unknown transform", "POST", "/explain", upload(PNG), {"transform": "__class__"}),
+    ("explain an unknown include", "POST", "/explain", upload(PNG), {"include": "weights"}),
+    ("explain a class out of range", "POST", "/explain", upload(PNG), {"follow": -1}),
+    ("explain no body", "POST", "/explain", {}, {}),
+    ("explain not an image", "POST", "/explain", upload(b"GIF89a garbage"), {}),
+    ("explain on no model", "POST", "/explain", upload(PNG), {"model": "imagenet"}),
 ] + [  # every graph's infer is its own operation in the OpenAPI document (the app serves every shipped model)
     (f"v2 infer {graph} without a body", "POST", f"/v2/models/{graph}/infer", {}, {})
     for name in contract.SHIPPED
