@@ -1,10 +1,13 @@
 """What each capsule dimension does (training/dimensions.py): the measures on drawings whose answer is
 known, the labels they give, and the shipped cards' sections against a recomputation on the fixture."""
 
+import json
+
 import numpy as np
 import pytest
 
 from model import contract
+from model.card import read_dimensions
 from training import dimensions
 
 S = contract.IMAGE_SIZE
@@ -86,3 +89,74 @@ def test_the_dominant_effect_is_the_largest_score_whatever_its_unit():
     assert entry.share == pytest.approx(4 / (4 + 0.25), abs=1e-3)  # the squared scores: slant 4, ink 0.25, others 0
     assert dimensions.dominant(3, {**measures, "change": 0.1}, norm, 0.5, "digit").label == dimensions.QUIET_LABEL
     assert dimensions.label_of("ink", measures, "garment") == "more ink"
+
+
+# --- the shipped cards ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cards() -> dict[str, dict]:
+    return {name: json.loads((d / contract.MODEL_CARD).read_text()) for name, d in contract.SHIPPED.items()}
+
+
+@pytest.mark.parametrize("name", list(contract.SHIPPED))
+def test_every_shipped_card_labels_every_dimension_of_every_class(cards, name):
+    """The section is complete, and each label is what its own measures and norms give (label_of)."""
+    card = cards[name]
+    dims = read_dimensions(card)
+    assert dims is not None and list(dims.classes) == card[contract.SERVING]["classes"]
+    assert dims.perturbation == (-contract.PERTURB_LIMIT, contract.PERTURB_LIMIT)
+    assert set(dims.examples_per_class.values()) == {dimensions.EXAMPLES}
+    kind = card[contract.SERVING]["preprocessing"]["kind"]
+    for entries in dims.classes.values():
+        assert [e.dim for e in entries] == list(range(contract.CAPSULE_DIM))
+        for e in entries:
+            assert e == dimensions.dominant(e.dim, e.measures, dims.norms, dims.quiet_below, kind)
+
+
+def test_docs_and_readme_say_what_the_cards_say():
+    assert dimensions.main(["--check"]) == 0
+
+
+def first_read_right(mnist_fixture, digit: int) -> np.ndarray:
+    """The MNIST model's capsules of the first EXAMPLES fixture images of `digit` it reads right: the
+    card's own examples where the fixture (the first 1,000 test images) holds that many."""
+    images, labels = mnist_fixture
+    mine = labels == digit
+    capsnet = dimensions.session(contract.SHIPPED["mnist"] / contract.CAPSNET_ONNX)
+    found = dimensions.read_right(capsnet, images[mine], labels[mine, None], dimensions.EXAMPLES)[digit]
+    assert len(found) == dimensions.EXAMPLES  # 126 ones and 107 threes among the first 1,000
+    return found
+
+
+@pytest.mark.parametrize("digit", [1, 3])
+def test_the_mnist_cards_thickness_and_local_dimensions_recompute_from_the_fixture(cards, mnist_fixture, digit):
+    """The fixture holds the card's very examples of 1 and 3, so the same graphs give the same measures:
+    up to the card's 4 decimals, and to graphs re-exported with the same weights (outputs within
+    export.PARITY_TOL): a tolerance of 1e-3, where the measures' spreads are 0.06 to 20."""
+    section = read_dimensions(cards["mnist"])
+    assert section is not None
+    entries = [e for e in section.classes[str(digit)] if e.effect in ("ink", "local")]
+    assert entries, f"the card names no thickness or local dimension of {digit}"
+    decoder = dimensions.session(contract.SHIPPED["mnist"] / contract.DECODER_ONNX)
+    again = dimensions.class_changes(decoder, first_read_right(mnist_fixture, digit), digit, [e.dim for e in entries])
+    for e, measures in zip(entries, again, strict=True):
+        for k, v in e.measures.items():
+            assert measures[k] == pytest.approx(v, abs=1e-3), (digit, e.dim, k)
+
+
+def test_the_threes_thickness_dimensions_change_the_ink_of_nearly_every_drawing(cards, mnist_fixture):
+    """Not only on average: a dimension labelled thicker (thinner) stroke gives at least 95 of the 100
+    drawings more (less) ink at +0.25 than at -0.25."""
+    section = read_dimensions(cards["mnist"])
+    assert section is not None
+    entries = [e for e in section.classes["3"] if e.effect == "ink"]
+    assert {e.label for e in entries} <= set(dimensions.LABELS["ink"]) and entries
+    capsules = first_read_right(mnist_fixture, 3)
+    decoder = dimensions.session(contract.SHIPPED["mnist"] / contract.DECODER_ONNX)
+    for e in entries:
+        batch = np.zeros((2, len(capsules), contract.NUM_CLASSES, contract.CAPSULE_DIM), np.float32)
+        batch[:, :, 3] = capsules
+        batch[:, :, 3, e.dim] += np.array([-1, 1])[:, None] * contract.PERTURB_LIMIT
+        (drawings,) = decoder.run(None, {contract.CAPSULES: batch.reshape(-1, *batch.shape[2:])})
+        minus, plus = drawings.reshape(2, len(capsules), -1).sum(-1)
+        thicker = e.label == dimensions.LABELS["ink"][0]
+        assert ((plus > minus) == thicker).sum() >= 95, (e.dim, e.label)
