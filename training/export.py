@@ -339,7 +339,7 @@ def export_with_card(
         measure: exported capsnet.onnx -> (its test result, the card's test figures, or None; fields the
             measurement adds to the card, e.g. a second test set's accuracy).
         dataset: what the model reads, when not the IDX set it was made from (SERVED's key).
-        data_dir: the IDX files the card's dimensions are measured on (dimension_examples).
+        data_dir: the IDX files the card's dimensions are measured on (default: dimension_examples').
         sections: fields the caller adds to the card (its metric, its test set in words, its recipe).
     """
     capsnet_path, decoder_path = export(model, out_dir)
@@ -426,7 +426,8 @@ PAIR_SEED = 0
 
 def dimension_examples(card: dict, data_dir: str | Path | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """The test examples a model's dimensions are measured on (training/dimensions.py): images (N, S, S)
-    uint8, their labels (N, objects) and what they are, in words.
+    uint8, their labels (N, objects) and what they are, in words. data_dir: default the IDX files the
+    model was trained on (its train_config's), else data/<dataset>.
 
     A one-object model reads its dataset's test set centred on its input size (centred_test_images: the
     affine model MNIST's digits on 40x40, so that the digit's own variation is measured, not its place on
@@ -436,7 +437,8 @@ def dimension_examples(card: dict, data_dir: str | Path | None = None) -> tuple[
     dimensions describe; a lone digit on 36x36 is an input it never saw.
     """
     dataset, size = card["train_config"]["dataset"], card["model_config"]["image_size"]
-    test = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"]
+    data_dir = data_dir or card["train_config"].get("data_dir") or data.DEFAULT_DIRS[dataset]
+    test = data.load(data_dir)["test"]
     if card["dataset"] != "multimnist":
         where = "" if size == test.images.shape[-1] else f", each centred on {size}x{size}"
         return centred_test_images(card, data_dir), test.labels.numpy()[:, None], f"the {dataset} test set{where}"
