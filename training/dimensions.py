@@ -21,6 +21,12 @@ over the examples:
              drawing's own ink in its densest one, as a share of what is left: 0 a change spread like the
              ink, 1 a change in one small region (a part: a loop, a tail, a bar)
 
+The examples (training/export.py dimension_examples) are a model's own test set; the affine model's are
+MNIST's test digits centred on 40x40, so that a digit's own variation is measured, not its place on the
+canvas. The MultiMNIST model's are its test pairs (section 6) read right, each giving an example to both its
+classes: its decoder learnt to draw each digit of a pair alone from that digit's capsule, so those are the
+capsules its dimensions describe, while a lone digit on 36x36 is an input it never saw.
+
 The effects have different units, so each is scaled by its spread over all the model's class dimensions
 (the RMS of a signed effect, whose zero means no change; the standard deviation about the mean for
 locality, which is never zero): a score says how unusual that effect of this dimension is among the
