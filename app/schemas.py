@@ -305,6 +305,13 @@ class ModelEntry(BaseModel):
     )
     metric: str = Field(examples=["both labels right: the two longest capsules are the two digits' classes"])
     test_set: str
+    dimensions: dict[str, list[str]] | None = Field(
+        description="what raising each dimension of a class capsule does to the decoder's drawing, in a few "
+        "words (section 5.1, Fig. 4; the card's `dimensions` section, measured by training/dimensions.py): "
+        "class label -> one label per capsule dimension, in order (none for a class the model read no "
+        "example of right); null for a card without the section",
+        examples=[{"1": ["local: reshapes top", "shorter", "local: adds ink top", "...", "local: adds ink middle"]}],
+    )
     precision: Literal["fp32", "int8"]
     provider: str = Field(examples=["CPUExecutionProvider"])
     ready: bool

@@ -111,3 +111,41 @@ def read_serving(card: dict, where: str) -> Serving:
             f"{contract.primary_grid(serving.size)}x{contract.primary_grid(serving.size)} grid"
         )
     return serving
+
+
+# --- what each class-capsule dimension does (section 5.1, Fig. 4; training/dimensions.py) ----------------
+class DimensionEffect(_Section):
+    """One dimension of one class capsule: what moving it from -PERTURB_LIMIT to +PERTURB_LIMIT does to the
+    decoder's drawing."""
+
+    dim: int = Field(ge=0)
+    label: str = Field(description="what the + direction does, in a few words", examples=["thicker stroke"])
+    effect: str = Field(description="the dominant measured effect (training/dimensions.py EFFECTS)", examples=["ink"])
+    share: float = Field(ge=0, le=1, description="the dominant effect's share of the dimension's squared scores")
+    measures: dict[str, float] = Field(description="every measured effect, averaged over the class's examples")
+
+
+class Norm(_Section):
+    """How an effect becomes a score: (measure - centre) / spread, over all the model's class dimensions."""
+
+    centre: float
+    spread: float = Field(gt=0)
+
+
+class Dimensions(_Section):
+    """The card's dimensions section: per class, its capsule's dimensions in order."""
+
+    method: str
+    perturbation: tuple[float, float] = Field(description="the two values added to one dimension")
+    examples: str = Field(description="the examples each class's figures are averaged over")
+    examples_per_class: dict[str, int]
+    window: int = Field(ge=1, description="side (px) of the region whose share of the change says how local it is")
+    norms: dict[str, Norm]
+    quiet_below: float = Field(ge=0, description="a dimension whose `change` is below this is labelled little change")
+    classes: dict[str, list[DimensionEffect]]
+
+
+def read_dimensions(card: dict) -> Dimensions | None:
+    """The card's dimensions section, checked (a pydantic ValidationError if wrong), or None without one."""
+    section = card.get(contract.DIMENSIONS)
+    return None if section is None else Dimensions.model_validate(section)

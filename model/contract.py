@@ -89,6 +89,8 @@ SERVING = "serving"
 # MultiMNIST training pairs' was; `garment` one object on a plain background, cropped and fitted into
 # the frame as Fashion-MNIST's product photos were, its grey levels kept.
 PREPROCESSING = ("digit", "digit-pair", "garment")
+# What each class-capsule dimension does to the decoder's drawing (model/card.py Dimensions, training/dimensions.py).
+DIMENSIONS = "dimensions"
 
 
 def model_folder(entry: str) -> tuple[str, Path]:

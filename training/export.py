@@ -4,7 +4,7 @@ $ python -m training.export                                   # runs/mnist/best.
 $ python -m training.export --checkpoint runs/fashion-mnist/best.pt   # -> models/fashion-mnist/
 $ python -m training.export --checkpoint runs/x/best.pt --out-dir /tmp/m --no-evaluate
 $ python -m training.export --reexport models/multimnist          # the same weights through this code
-$ python -m training.export --describe models/multimnist          # (re)write the card's serving section
+$ python -m training.export --describe models/multimnist          # (re)write the card's serving and dimensions
 
 Both graphs have a dynamic batch axis and the names of model/contract.py. Like timm's onnx_export,
 the export checks itself: ONNX Runtime must match PyTorch on real test images at batch sizes 1, 7 and
@@ -29,8 +29,8 @@ import torch.nn as nn
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig, capsule_length, mask_capsules
-from model.card import Preprocessing, build_serving
-from training import data
+from model.card import Dimensions, Preprocessing, build_serving
+from training import data, dimensions
 from training.config import TrainConfig, selection
 from training.evaluate import evaluate_onnx, load_checkpoint
 
@@ -306,14 +306,17 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
     return card
 
 
-def describe(model_dir: Path) -> dict:
+def describe(model_dir: Path, data_dir: Path | None = None, per_class: int = dimensions.EXAMPLES) -> dict:
     """Write the serving section into a model folder's card from its own fields (cards written before
-    cards carried it); nothing else in the card changes."""
+    cards carried it) and the dimensions section from its graphs (describe_dimensions); nothing else in
+    the card changes."""
     model_dir = Path(model_dir)
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
     card[contract.SERVING] = build_serving(card["model_config"], **SERVED[card["dataset"]]).model_dump()
+    card[contract.DIMENSIONS] = describe_dimensions(model_dir, card, data_dir, per_class)
     (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     print(f"{model_dir / contract.MODEL_CARD}: serving = {json.dumps(card[contract.SERVING])}")
+    print(dimensions.table(Dimensions.model_validate(card[contract.DIMENSIONS])))
     return card
 
 
@@ -324,6 +327,7 @@ def export_with_card(
     parity_images: np.ndarray,
     measure: Callable[[Path], tuple[dict | None, dict]],
     dataset: str | None = None,
+    data_dir: str | Path | None = None,
     **sections,
 ) -> dict:
     """Export a model to out_dir, check parity, measure the exported graph, write its card: the one way
@@ -335,6 +339,7 @@ def export_with_card(
         measure: exported capsnet.onnx -> (its test result, the card's test figures, or None; fields the
             measurement adds to the card, e.g. a second test set's accuracy).
         dataset: what the model reads, when not the IDX set it was made from (SERVED's key).
+        data_dir: the IDX files the card's dimensions are measured on (default: dimension_examples').
         sections: fields the caller adds to the card (its metric, its test set in words, its recipe).
     """
     capsnet_path, decoder_path = export(model, out_dir)
@@ -344,6 +349,7 @@ def export_with_card(
     if result:
         print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
     card = {**model_card(ckpt, capsnet_path, parity, result, dataset), **measured, **sections}
+    card[contract.DIMENSIONS] = describe_dimensions(out_dir, card, data_dir)
     (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     return card
 
@@ -377,6 +383,7 @@ def export_checkpoint(
         out_dir,
         images,
         lambda graph: (evaluate_onnx(graph, images, labels) if evaluate else None, {}),
+        data_dir=data_dir,
         **sections,
     )
     if triton:
@@ -405,12 +412,63 @@ def model_from_graphs(model_dir: Path) -> CapsNet:
     return model.eval()
 
 
-def centred_test_images(card: dict, data_dir: Path | None = None) -> np.ndarray:
+def centred_test_images(card: dict, data_dir: str | Path | None = None) -> np.ndarray:
     """The test images of the dataset the model was trained on, centred on its input size (N, S, S) uint8."""
     dataset = card["train_config"]["dataset"]
     images = data.load(data_dir or data.DEFAULT_DIRS[dataset])["test"].images.numpy()
     pad = (card["model_config"]["image_size"] - images.shape[-1]) // 2
     return np.pad(images, ((0, 0), (pad, pad), (pad, pad)))
+
+
+# The MultiMNIST pairs its dimensions are measured on (dimension_examples): every MNIST test digit on one partner.
+PAIR_SEED = 0
+
+
+def dimension_examples(card: dict, data_dir: str | Path | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+    """The test examples a model's dimensions are measured on (training/dimensions.py): images (N, S, S)
+    uint8, their labels (N, objects) and what they are, in words. data_dir: default the IDX files the
+    model was trained on (its train_config's), else data/<dataset>.
+
+    A one-object model reads its dataset's test set centred on its input size (centred_test_images: the
+    affine model MNIST's digits on 40x40, so that the digit's own variation is measured, not its place on
+    the canvas). The MultiMNIST model reads every MNIST test digit overlaid on a digit of another class as
+    in section 6 (seed PAIR_SEED), each pair giving one example to each of its two classes: its decoder
+    learnt to draw each digit of a pair alone from its capsule, so those capsules are the ones its
+    dimensions describe; a lone digit on 36x36 is an input it never saw.
+    """
+    dataset, size = card["train_config"]["dataset"], card["model_config"]["image_size"]
+    data_dir = data_dir or card["train_config"].get("data_dir") or data.DEFAULT_DIRS[dataset]
+    test = data.load(data_dir)["test"]
+    if card["dataset"] != "multimnist":
+        where = "" if size == test.images.shape[-1] else f", each centred on {size}x{size}"
+        return centred_test_images(card, data_dir), test.labels.numpy()[:, None], f"the {dataset} test set{where}"
+    from training.experiments.multimnist import MAX_SHIFT, iter_pairs  # it imports this module
+
+    pairs = list(iter_pairs(test, 1, PAIR_SEED, batch_size=1000))
+    images = (torch.cat([p.images[:, 0] for p in pairs]) * 255).round().to(torch.uint8).numpy()
+    what = (
+        f"MultiMNIST test pairs: every MNIST test digit overlaid on one of another class, shifts up to "
+        f"{MAX_SHIFT} px, seed {PAIR_SEED}; a pair read right gives an example to each of its two classes"
+    )
+    return images, torch.cat([p.labels for p in pairs]).numpy(), what
+
+
+def describe_dimensions(
+    model_dir: Path, card: dict, data_dir: str | Path | None = None, per_class: int = dimensions.EXAMPLES
+) -> dict:
+    """The card's dimensions section of a model folder's graphs (training/dimensions.py), measured on
+    dimension_examples."""
+    images, labels, what = dimension_examples(card, data_dir)
+    return dimensions.describe(
+        model_dir / contract.CAPSNET_ONNX,
+        model_dir / contract.DECODER_ONNX,
+        images,
+        labels,
+        card[contract.SERVING]["classes"],
+        card[contract.SERVING]["preprocessing"]["kind"],
+        f"the first {per_class} of each class that the model reads right in {what}",
+        per_class,
+    )
 
 
 def compare_graphs(old: Path, new: Path, images: np.ndarray, batch_size: int = 64) -> tuple[float, int]:
@@ -479,7 +537,9 @@ def main(argv=None) -> dict:
         default=None,
         help="default: the dataset's place in contract.SHIPPED (models/<dataset>/)",
     )
-    p.add_argument("--data-dir", type=Path, default=None, help="IDX files for parity and the card's accuracy")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="IDX files for parity, the card's accuracy and its dimensions"
+    )
     p.add_argument(
         "--no-evaluate",
         dest="evaluate",
@@ -505,11 +565,12 @@ def main(argv=None) -> dict:
         type=Path,
         default=None,
         metavar="MODEL_DIR",
-        help="write the card's serving section (input, preprocessing, classes, grid) from its fields",
+        help="write the card's serving section (input, preprocessing, classes, grid) from its fields and its "
+        "dimensions section (what each capsule dimension does, measured on --data-dir's test set)",
     )
     args = p.parse_args(argv)
     if args.describe:
-        return describe(args.describe)
+        return describe(args.describe, args.data_dir)
     if args.reexport:
         return reexport(args.reexport, args.data_dir)
     return export_checkpoint(args.checkpoint, args.out_dir, args.data_dir, args.evaluate, args.triton)

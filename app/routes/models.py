@@ -5,8 +5,16 @@ from fastapi import APIRouter
 from app.deps import EnginesDep
 from app.engine import Engine
 from app.schemas import ModelEntry, Models
+from model.card import read_dimensions
 
 router = APIRouter(tags=["health"])
+
+
+def dimension_labels(card: dict) -> dict[str, list[str]] | None:
+    """Each class's dimension labels (the card's dimensions section), what the demo's Fig. 4 sliders say;
+    None for a card without the section."""
+    section = read_dimensions(card)
+    return None if section is None else {c: [e.label for e in dims] for c, dims in section.classes.items()}
 
 
 def entry(engine: Engine, default: str) -> ModelEntry:
@@ -24,6 +32,7 @@ def entry(engine: Engine, default: str) -> ModelEntry:
         accuracy=card.get("test_accuracy"),
         metric=card.get("metric", "accuracy"),
         test_set=card.get("test_set", f"the {card['dataset']} test set"),
+        dimensions=dimension_labels(card),
         precision=engine.precision,
         provider=engine.providers[0],
         ready=engine.ready,

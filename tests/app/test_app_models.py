@@ -13,6 +13,7 @@ from PIL import Image
 
 from app import imaging
 from app.imaging.render import OVERLAY_INPUT
+from app.routes.models import dimension_labels
 from benchmarks.harness import encode
 from model import contract
 from tests.conftest import FIXTURES
@@ -85,6 +86,18 @@ def test_models_lists_every_shipped_model_with_its_card(client):
         "multimnist": ("digit-pair", 2),
         "affine": ("digit", 1),
     }
+
+
+def test_models_gives_each_class_its_dimension_labels_and_model_the_whole_section(client):
+    """The demo labels its 16 sliders per class from GET /models; GET /model shows the card's section."""
+    for m in client.get("/models").json()["models"]:
+        card = json.loads((contract.SHIPPED[m["name"]] / contract.MODEL_CARD).read_text())
+        section = card[contract.DIMENSIONS]
+        assert m["dimensions"] == {c: [d["label"] for d in dims] for c, dims in section["classes"].items()}
+        assert list(m["dimensions"]) == m["classes"]
+        assert all(len(labels) == contract.CAPSULE_DIM and all(labels) for labels in m["dimensions"].values())
+        assert client.get("/model", params={"model": m["name"]}).json()[contract.DIMENSIONS] == section
+    assert dimension_labels({"name": "a card written before the section"}) is None
 
 
 @pytest.mark.parametrize("name", list(contract.SHIPPED))

@@ -11,6 +11,7 @@ import torch
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
+from model.card import Dimensions
 from training import export
 from training.config import TrainConfig
 
@@ -100,6 +101,9 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     assert serving["input"]["size"] == 28 and serving["preprocessing"] == {"kind": "digit", "ink_box": 20}
     assert serving["classes"] == [str(d) for d in range(10)] and serving["objects"] == 1
     assert serving["primary_capsules"] == {"types": 32, "dim": 8, "grid": 6, "count": 1152}
+    dims = Dimensions.model_validate(card[contract.DIMENSIONS])  # measured on the examples the graph reads right
+    right = {str(label) for label in np.delete(labels, wrong)}
+    assert list(dims.classes) == serving["classes"] and {c for c, n in dims.examples_per_class.items() if n} == right
 
 
 @pytest.mark.parametrize(
@@ -111,15 +115,25 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
         ("affine", "digit", 40, 1),
     ],
 )
-def test_describe_writes_what_each_shipped_card_carries(tmp_path, name, kind, size, objects):
-    """--describe rebuilds the serving section from a card's own fields: the shipped cards' is that."""
+def test_describe_writes_what_each_shipped_card_carries(tmp_path, few_of_each_class, name, kind, size, objects):
+    """--describe rebuilds the serving section from a card's own fields (the shipped cards' is that) and
+    measures the dimensions section on --data-dir's test set (here 6 images of each class); nothing else
+    in the card changes."""
     shipped = json.loads((contract.SHIPPED[name] / contract.MODEL_CARD).read_text())
-    (tmp_path / contract.MODEL_CARD).write_text(json.dumps({k: v for k, v in shipped.items() if k != contract.SERVING}))
-    card = export.main(["--describe", str(tmp_path)])
-    assert card == shipped
+    for graph in (contract.CAPSNET_ONNX, contract.DECODER_ONNX):
+        (tmp_path / graph).symlink_to(contract.SHIPPED[name] / graph)
+    written = {k: v for k, v in shipped.items() if k not in (contract.SERVING, contract.DIMENSIONS)}
+    (tmp_path / contract.MODEL_CARD).write_text(json.dumps(written))
+    data_dir = few_of_each_class["fashion-mnist" if name == "fashion-mnist" else "mnist"]
+    card = export.main(["--describe", str(tmp_path), "--data-dir", str(data_dir)])
+    assert card == json.loads((tmp_path / contract.MODEL_CARD).read_text())
+    dims = Dimensions.model_validate(card.pop(contract.DIMENSIONS))
+    assert card == {k: v for k, v in shipped.items() if k != contract.DIMENSIONS}
     serving = card[contract.SERVING]
     assert (serving["preprocessing"]["kind"], serving["input"]["size"], serving["objects"]) == (kind, size, objects)
     assert serving["primary_capsules"]["grid"] == contract.primary_grid(size)
+    assert list(dims.classes) == serving["classes"] and min(dims.examples_per_class.values()) >= 3
+    assert all([e.dim for e in entries] == list(range(contract.CAPSULE_DIM)) for entries in dims.classes.values())
 
 
 @pytest.mark.slow
