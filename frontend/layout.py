@@ -170,8 +170,8 @@ def perturbation_panel(tab: Tab) -> Panel:
                                     PERTURB_LIMIT,
                                     value=0.0,
                                     step=PERTURB_STEP,
-                                    label=f"dim {k + 1}",
-                                    elem_id=f"{p}dim-{k + 1}",
+                                    label=f"dim {k}",
+                                    elem_id=f"{p}dim-{k}",
                                 )
                             )
         with gr.Column(scale=4, min_width=360):

@@ -165,7 +165,7 @@ def fig4_grid(tiles: np.ndarray, offsets: np.ndarray, scale: int = 2) -> Image.I
     """The paper's Fig. 4: tiles (dims, steps, size, size) as one picture, rows = capsule dimensions.
 
     Column headers are the perturbation added to that dimension; row labels are dimension numbers
-    counted from 1.
+    counted from 0, as the API's arrays and the model card count them.
     """
     dims, steps, size, _ = tiles.shape
     side = size * scale
@@ -177,7 +177,7 @@ def fig4_grid(tiles: np.ndarray, offsets: np.ndarray, scale: int = 2) -> Image.I
             (left + c * (side + gap) + side / 2, top - 6), f"{offset:+.2f}", fill=MUTED, font=font(11), anchor="ms"
         )
     for r in range(dims):
-        draw.text((left - 8, top + r * (side + gap) + side / 2), f"dim {r + 1}", fill=INK, font=font(12), anchor="rm")
+        draw.text((left - 8, top + r * (side + gap) + side / 2), f"dim {r}", fill=INK, font=font(12), anchor="rm")
         for c in range(steps):
             image.paste(digit(tiles[r, c], scale), (left + c * (side + gap), top + r * (side + gap)))
     return image
@@ -266,11 +266,12 @@ def sweep_dimensions(
     spread = np.ptp(capsules, axis=0)
     leaders = set(np.argsort(-spread)[:moving].tolist())
     xs_unit = np.linspace(0.0, 1.0, steps)
+    label_font = fitting_font(labels, w, largest=12, smallest=9)
     for d in range(dims):
         x0 = gap + (d % columns) * (w + gap)
         y0 = gap + (d // columns) * (h + caption + gap) + caption
         colour = WINNER if d in leaders else BAR
-        draw.text((x0, y0 - 4), labels[d], fill=INK if d in leaders else MUTED, font=font(12), anchor="ls")
+        draw.text((x0, y0 - 4), labels[d], fill=INK if d in leaders else MUTED, font=label_font, anchor="ls")
         draw.rectangle([x0, y0, x0 + w, y0 + h], outline=(226, 232, 240))
         draw.line([(x0, y0 + h / 2), (x0 + w, y0 + h / 2)], fill=(226, 232, 240))
         xs = x0 + w * xs_unit

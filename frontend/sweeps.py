@@ -110,9 +110,10 @@ def holds(sweep: Sweep, answer: dict[str, Any]) -> str:
 
 
 def dimension_labels(tab: Tab, followed: int) -> list[str]:
-    """ "dim 6: thicker stroke" where the model's card describes the capsule's dimensions, else "dim 6"."""
+    """The dimensions counted from 0, as the API's arrays and the card: "dim 6: thicker stroke" where the card
+    describes the capsule's dimensions, else "dim 6"."""
     words = (tab.dimensions or {}).get(tab.classes[followed])
-    return [f"dim {d + 1}: {words[d]}" if words else f"dim {d + 1}" for d in range(CAPSULE_DIM)]
+    return [f"dim {d}: {words[d]}" if words else f"dim {d}" for d in range(CAPSULE_DIM)]
 
 
 def shown(sweep: Sweep, tab: Tab, value: float) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     perturbed = page.locator("#perturbed img")
     expect(perturbed).to_be_visible()
     before = perturbed.get_attribute("src")
-    slider = page.locator("#dim-1 input[type=range]")
+    slider = page.locator("#dim-0 input[type=range]")
     slider.scroll_into_view_if_needed()
     track = slider.bounding_box()
     stroke(
@@ -149,7 +149,7 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
             (track["x"] + track["width"] - 2, track["y"] + track["height"] / 2),
         ],
     )
-    expect(page.locator("#dim-1 input[type=number]")).to_have_value("0.25")
+    expect(page.locator("#dim-0 input[type=number]")).to_have_value("0.25")
     expect(perturbed).not_to_have_attribute("src", before)
 
     screenshot(page, tmp_path / "demo.png")

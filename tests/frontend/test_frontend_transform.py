@@ -7,7 +7,7 @@ import pytest
 
 from frontend import layout, plots
 from frontend.client import ApiClient
-from frontend.handlers import follow_up, slide, sweep_answer
+from frontend.handlers import follow_up, label_sliders, slide, sweep_answer
 from frontend.screen import ANSWER, DRAWING, Screen, gated
 from frontend.sweeps import DEFAULT, SWEEPS, Sweep, explain, framed, holds, shown, step_at
 from frontend.tabs import EXAMPLES, tabs_from
@@ -106,3 +106,15 @@ def test_sweep_charts_mark_the_slider_step():
     grid = plots.sweep_dimensions(values, capsules, 3, [f"dim {d + 1}" for d in range(16)])
     accent = np.all(np.asarray(grid) == plots.WINNER, axis=-1)
     assert accent.any()  # the dimensions that move most are drawn in the accent colour
+
+
+def test_the_sliders_say_what_each_dimension_does(uis, tabs):
+    """The perturbation sliders of the chosen capsule take its card's words (GET /models' dimensions),
+    counted from 0 as the card counts them; another capsule, other words."""
+    ui, words = uis["mnist"], tabs["mnist"].dimensions
+    assert words is not None and len(words["7"]) == CAPSULE_DIM
+    seven, three = label_sliders(ui, 7), label_sliders(ui, 3)
+    labels = [seven[slider].label for slider in ui.panel.sliders]
+    assert labels == [f"dim {d}: {words['7'][d]}" for d in range(CAPSULE_DIM)]
+    assert labels != [three[slider].label for slider in ui.panel.sliders]
+    assert label_sliders(ui, None) == {}
