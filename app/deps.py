@@ -39,10 +39,11 @@ def get_engine(
     return engine
 
 
-def parse_include(include: str | None, options: tuple[str, ...]) -> set[str]:
-    """?include=a,b -> {"a", "b"}: every option when absent, none when empty; 422 for any other word."""
+def parse_include(include: str | None, options: tuple[str, ...], default: tuple[str, ...] | None = None) -> set[str]:
+    """?include=a,b -> {"a", "b"}: `default` when absent (None: every option), none when empty; 422 for any
+    other word."""
     if include is None:
-        return set(options)
+        return set(options if default is None else default)
     parts = {part.strip() for part in include.split(",") if part.strip()}
     unknown = sorted(parts - set(options))
     if unknown:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +54,19 @@ def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray, types: int, grid
     """
     maps = (routing * vote_lengths).reshape(types, grid, grid, -1).sum(axis=0)  # (grid, grid, classes)
     return np.ascontiguousarray(maps.transpose(2, 0, 1), dtype=np.float32)
+
+
+def coupling_changes(couplings: np.ndarray) -> np.ndarray:
+    """How far each iteration of Procedure 1 moved the couplings: mean over i, j of |c_ij^r - c_ij^(r-1)|,
+    0 for r = 1 (which has no predecessor).
+
+    Args:
+        couplings: c_ij of every iteration (R, primary, classes), a routing_iterations row.
+    Returns:
+        (R,) float32.
+    """
+    steps = np.abs(np.diff(couplings, axis=0)).mean(axis=(1, 2))
+    return np.concatenate([np.zeros(1, np.float32), steps.astype(np.float32)])
 
 
 def cuda_devices() -> int:
@@ -137,8 +151,9 @@ class Engine:
         self.capsnet = self._session(self.capsnet_file)
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
-        self._check_contract()
-        self.output_names = list(contract.CAPSNET_OUTPUTS)
+        self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
+        self.output_names = list(contract.CAPSNET_OUTPUTS)  # what a plain request fetches
+        self.every_output = self.output_names + self.iteration_names
         self.providers = self.capsnet.get_providers()
         log.info(
             "model %s %s (%s) loaded from %s; execution providers in use: %s",
@@ -152,8 +167,14 @@ class Engine:
             log.warning("%s was asked for first but the session runs on %s", first, self.providers[0])
         wait = settings.max_wait_ms / 1000
         deadline = settings.request_deadline_s
-        self._capsnet_batcher = DynamicBatcher(
-            self._run_capsnet, name, settings.max_batch, wait, settings.max_queue, metrics, deadline
+        batching = (settings.max_batch, wait, settings.max_queue, metrics, deadline)
+        self._capsnet_batcher = DynamicBatcher(partial(self._run_capsnet, names=self.output_names), name, *batching)
+        # Requests for the iterations (N x R x primary x classes) are batched apart, on the same session,
+        # so that a plain request never fetches them
+        self._iterations_batcher = (
+            DynamicBatcher(partial(self._run_capsnet, names=self.every_output), f"{name}_iterations", *batching)
+            if self.iteration_names
+            else None
         )
         self._decoder_batcher = DynamicBatcher(
             self._run_decoder,
@@ -164,6 +185,9 @@ class Engine:
             metrics,
             deadline,
         )
+        self._batchers = [
+            b for b in (self._capsnet_batcher, self._iterations_batcher, self._decoder_batcher) if b is not None
+        ]
         self._warmer = threading.Thread(target=self._warm_up_logged, name=f"warm-up-{name}", daemon=True)
         self.ready = False
         self.state = "loaded, not warmed up"
@@ -189,11 +213,14 @@ class Engine:
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
-    def _check_contract(self) -> None:
+    def _check_contract(self) -> list[str]:
         """Raises if either graph does not follow model/contract.py (every output, vote_lengths included)
-        with the card's sizes (input size, primary capsules, class capsules)."""
+        with the card's sizes (input size, primary capsules, class capsules). The CapsNet graph may have
+        CAPSNET_ITERATION_OUTPUTS (dynamic routing's), all or none, R being the card's routing iterations;
+        returns those it has."""
         spec, n = self.spec, contract.BATCH
         s, p, c, d = spec.size, spec.primary_capsules.count, spec.class_capsules.count, spec.class_capsules.dim
+        r = spec.routing.iterations
         want = {
             contract.IMAGE: [1, s, s],
             contract.LENGTHS: [c],
@@ -201,6 +228,8 @@ class Engine:
             contract.ROUTING: [p, c],
             contract.RECONSTRUCTION: [s, s],
             contract.VOTE_LENGTHS: [p, c],
+            contract.ROUTING_ITERATIONS: [r, p, c],
+            contract.LOGIT_CHANGES: [r],
         }
         graphs = {
             "capsnet": (self.capsnet, list(contract.CAPSNET_INPUTS), contract.CAPSNET_OUTPUTS),
@@ -219,29 +248,48 @@ class Engine:
             for name, shape in nodes.items():
                 if name in want and list(shape[1:]) != want[name]:
                     problems.append(f"{graph}'s {name} is {[n, *shape[1:]]}, the card says {[n, *want[name]]}")
+        outputs = {node.name for node in self.capsnet.get_outputs()}
+        iterations = [name for name in contract.CAPSNET_ITERATION_OUTPUTS if name in outputs]
+        if 0 < len(iterations) < len(contract.CAPSNET_ITERATION_OUTPUTS):
+            problems.append(
+                f"capsnet has {', '.join(iterations)} but not all of {', '.join(contract.CAPSNET_ITERATION_OUTPUTS)}"
+            )
         if problems:
             raise ValueError(
                 f"the ONNX files in {self.directory} (model {self.name}) do not match model/contract.py "
                 f"and their card: {'; '.join(problems)}"
             )
+        return iterations
 
     # --- running ---------------------------------------------------------------------------------
-    def _run_capsnet(self, images: np.ndarray) -> list[np.ndarray]:
-        return self.capsnet.run(self.output_names, {contract.IMAGE: images})
+    def _run_capsnet(self, images: np.ndarray, names: list[str]) -> list[np.ndarray]:
+        return self.capsnet.run(names, {contract.IMAGE: images})
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
 
-    async def predict(self, image: np.ndarray) -> Outputs:
-        """One (size, size) float32 image in [0, 1] -> its outputs, batched with concurrent requests."""
-        return (await self.predict_many(image[None]))[0]
+    def _capsnet_runner(self, iterations: bool) -> tuple[DynamicBatcher, list[str]]:
+        """The CapsNet batcher for requests with or without the iteration outputs, and what it returns."""
+        if not iterations:
+            return self._capsnet_batcher, self.output_names
+        if self._iterations_batcher is None:
+            raise ValueError(f"model {self.name}'s graph has no {', '.join(contract.CAPSNET_ITERATION_OUTPUTS)}")
+        return self._iterations_batcher, self.every_output
 
-    async def predict_many(self, images: np.ndarray) -> list[Outputs]:
-        """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests."""
-        outputs = await self._capsnet_batcher.submit(images[:, None].astype(np.float32))
-        return [
-            {name: out[k] for name, out in zip(self.output_names, outputs, strict=True)} for k in range(len(images))
-        ]
+    async def predict(self, image: np.ndarray, iterations: bool = False) -> Outputs:
+        """One (size, size) float32 image in [0, 1] -> its outputs, batched with concurrent requests."""
+        return (await self.predict_many(image[None], iterations))[0]
+
+    async def predict_many(self, images: np.ndarray, iterations: bool = False) -> list[Outputs]:
+        """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests;
+        with iterations, CAPSNET_ITERATION_OUTPUTS too (a ValueError when the graph has none)."""
+        batcher, names = self._capsnet_runner(iterations)
+        outputs = await batcher.submit(images[:, None].astype(np.float32))
+        return [{name: out[k] for name, out in zip(names, outputs, strict=True)} for k in range(len(images))]
+
+    def routing_iteration_maps(self, couplings: np.ndarray, vote_lengths: np.ndarray) -> np.ndarray:
+        """routing_maps of every iteration's couplings (R, primary, classes): (R, classes, grid, grid)."""
+        return np.stack([self.routing_maps(c, vote_lengths) for c in couplings])
 
     async def reconstruct(self, classes: np.ndarray, capsules: np.ndarray) -> np.ndarray:
         """Classes (n,) and their 16D capsules (n, 16) -> decoder images (n, size, size).
@@ -255,21 +303,25 @@ class Engine:
         return reconstruction
 
     def outputs_of(self, session: ort.InferenceSession) -> list[str]:
-        """The output names infer() returns for one of the engine's two sessions."""
-        return self.output_names if session is self.capsnet else list(contract.DECODER_OUTPUTS)
+        """The output names infer() can return for one of the engine's two sessions."""
+        return self.every_output if session is self.capsnet else list(contract.DECODER_OUTPUTS)
 
-    async def infer(self, session: ort.InferenceSession, x: np.ndarray) -> Outputs:
+    async def infer(self, session: ort.InferenceSession, x: np.ndarray, names: list[str]) -> Outputs:
         """Raw graph tensors through that graph's batcher (the Open Inference Protocol's infer): the
-        CapsNet's images (n, 1, H, W) or the decoder's masked capsules (n, 10, 16) -> its outputs."""
-        batcher = self._capsnet_batcher if session is self.capsnet else self._decoder_batcher
-        return dict(zip(self.outputs_of(session), await batcher.submit(x), strict=True))
+        CapsNet's images (n, 1, H, W) or the decoder's masked capsules (n, 10, 16) -> its outputs, `names`
+        (of outputs_of) among them; the CapsNet's iteration outputs are fetched only when named."""
+        if session is self.decoder:
+            batcher, fetched = self._decoder_batcher, list(contract.DECODER_OUTPUTS)
+        else:
+            batcher, fetched = self._capsnet_runner(any(name in self.iteration_names for name in names))
+        return dict(zip(fetched, await batcher.submit(x), strict=True))
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:
         """Run both graphs at batch 1 and at their largest batch, then mark the engine ready."""
         capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
-            self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32))
+            self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         self.ready, self.state = True, "ready"
@@ -278,8 +330,8 @@ class Engine:
     def start(self) -> None:
         """Start the batchers and, unless already warm, warm up on a background thread (GET /ready
         says when done)."""
-        self._capsnet_batcher.start()
-        self._decoder_batcher.start()
+        for batcher in self._batchers:
+            batcher.start()
         if not self.ready:
             self.state = "warming up"
             self._warmer.start()
@@ -294,8 +346,8 @@ class Engine:
     def close(self) -> None:
         if self._warmer.is_alive():
             self._warmer.join()  # a session must not be torn down while it runs
-        self._capsnet_batcher.close()
-        self._decoder_batcher.close()
+        for batcher in self._batchers:
+            batcher.close()
 
 
 class ModelLoadError(RuntimeError):

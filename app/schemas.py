@@ -40,7 +40,9 @@ PNG_EXAMPLE = (
     "KIRLTuzl/2AokwlDMlv0/U1cGq1//rPD6fHWf7tZcclxnv1hhVNj3b9tOOW8f3+wxCUnfPffMlxyzKf/3VbGJan2758vLjn5"
     "B/+KGXF78Z8JLjnbT+iSSGFrw8Nw9wuKJAsy56LzO+ITGABpETyQcCy90wAAAABJRU5ErkJggg=="
 )  # test image 0, a 7
-INCLUDE_OPTIONS = ("capsules", "reconstruction", "routing")  # /predict?include=
+ITERATIONS = "iterations"  # /predict?include= of routing.iterations, asked for by name only
+INCLUDE_DEFAULT = ("capsules", "reconstruction", "routing")  # /predict without ?include=
+INCLUDE_OPTIONS = (*INCLUDE_DEFAULT, ITERATIONS)  # /predict?include=
 DRAWING_OPTIONS = ("image", "png")  # /reconstruct?include=
 Preprocess = Literal["auto", "mnist", "none"]  # mnist: the earlier name of auto
 
@@ -67,16 +69,55 @@ class Drawing(BaseModel):
     png: str | None = Field(None, description="the same image as a PNG data URL", examples=[PNG_EXAMPLE])
 
 
+Maps = Annotated[list[list[list[float]]], PER_CLASS]  # per class, a map on the primary grid
+
+
+class RoutingIteration(BaseModel):
+    """Iteration r of Procedure 1 (dynamic routing): where its couplings took each class's evidence from,
+    and how much it moved the routing."""
+
+    iteration: int = Field(
+        ge=1, description="r, from 1 (uniform couplings, c_ij = 1/classes) to R (the final c_ij, routing.maps')"
+    )
+    maps: Maps = Field(
+        description="routing.maps with this iteration's couplings: per class j, Σ over the primary types of "
+        "c_ij·||u_hat_j|i|| on the primary grid (6x6 for MNIST), c_ij = softmax_j(b_ij) (Eq. 3)"
+    )
+    logit_change: float = Field(
+        ge=0.0,
+        description="mean over i, j of |Δb_ij| = |u_hat_j|i · v_j|, the agreement this iteration adds to the "
+        "routing logits, v_j after r iterations (the paper's Fig. A.1); the last: what an iteration R+1 "
+        "would add",
+    )
+    coupling_change: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="mean over i, j of |c_ij of this iteration - c_ij of the one before|: how far it moved "
+        "the couplings (0 for r = 1)",
+    )
+
+
 class Routing(BaseModel):
-    coefficients: list[Annotated[list[float], PER_CLASS]] = Field(
+    """How the primary capsules were routed to the class capsules: ?include=routing gives coefficients and
+    maps, ?include=iterations the iterations (models with dynamic routing)."""
+
+    coefficients: list[Annotated[list[float], PER_CLASS]] | None = Field(
+        None,
         description="the routing coefficients of the primary capsules x 10 classes (MNIST: 1152 = 32 types on a "
         "6x6 grid, i = type*36 + row*6 + col; GET /models): for dynamic routing the final c_ij of Procedure 1 "
         "(each row sums to 1), for EM the responsibilities R_ij (rows sum to 1), for QP routing the "
-        "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)"
+        "learned coefficients (no softmax: any sign, rows need not sum to 1; docs/routing.md)",
     )
-    maps: Annotated[list[list[list[float]]], PER_CLASS] = Field(
+    maps: Maps | None = Field(
+        None,
         description="per class j, a map on the primary grid (6x6 for MNIST): Σ over the primary types of "
-        "c_ij·||u_hat_j|i||: how much of class j's evidence routing took from each place"
+        "c_ij·||u_hat_j|i||: how much of class j's evidence routing took from each place",
+    )
+    iterations: list[RoutingIteration] | None = Field(
+        None,
+        min_length=1,
+        description="dynamic routing, iteration by iteration (Procedure 1, r = 1..R; R = 3 for every shipped "
+        "model): each iteration's maps, logit change and coupling change",
     )
 
 
@@ -129,7 +170,8 @@ def _predict_example() -> dict:
 
 
 class PredictResponse(BaseModel):
-    """What the model says about one image. `include` leaves out capsules, reconstruction, routing."""
+    """What the model says about one image. `include` picks capsules, reconstruction and routing (all three
+    by default) and routing's iterations (only when named)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
     prediction: int = Field(ge=0, le=C - 1, description="the class (index) with the longest capsule")
@@ -166,7 +208,9 @@ class PredictResponse(BaseModel):
         None, description="class capsules v_j, 10x16"
     )
     reconstruction: Reconstruction | None = Field(None, description="the decoder's drawing of the longest capsule")
-    routing: Routing | None = None
+    routing: Routing | None = Field(
+        None, description="include=routing: the final couplings and their maps; include=iterations: every iteration"
+    )
     input: str = Field(
         description="the image the model saw (its input size), as a PNG data URL", examples=[PNG_EXAMPLE]
     )

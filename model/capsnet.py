@@ -27,6 +27,7 @@ from model.routing import (
     DynamicRouting,
     EMRouting,
     QPRouting,
+    RoutingIterations,
     capsule_length,
     digit_routing,
     fused_digit_routing,
@@ -39,6 +40,7 @@ __all__ = [
     "CapsNetOutput",
     "Decoder",
     "DigitCaps",
+    "Digits",
     "MatrixDigitCaps",
     "PrimaryCaps",
     "PrimaryMatrixCaps",
@@ -119,6 +121,16 @@ class PrimaryCaps(nn.Module):
         return squash(x.float())  # fp32 from here on, also under bf16 autocast (see DigitCaps)
 
 
+class Digits(NamedTuple):
+    """What a class-capsule layer (DigitCaps, MatrixDigitCaps) returns."""
+
+    capsules: torch.Tensor  # (B, 10, 16) v_j (em: the flattened 4x4 poses mu_j)
+    lengths: torch.Tensor  # (B, 10) ||v_j|| (em: the activations a_j)
+    routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration (em: R_ij; qp: b_ij)
+    votes: torch.Tensor | None  # (B, 1152, 10, 16) u_hat_j|i (em: flattened V_ij); None when training dynamic
+    iterations: RoutingIterations | None = None  # dynamic routing outside training: every iteration
+
+
 class DigitCaps(nn.Module):
     """Fully connected capsule layer: u_hat_j|i = W_ij u_i (Eq. 2), then a routing (dynamic or qp).
 
@@ -142,21 +154,22 @@ class DigitCaps(nn.Module):
         self.W = nn.Parameter(0.01 * torch.randn(in_caps, num_caps, out_dim, in_dim))
         self.routing = routing if routing is not None else DynamicRouting()
 
-    def forward(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Primary capsules (B, 1152, 8) -> v (B, 10, 16), ||v|| (B, 10), coefficients (B, 1152, 10)
-        and the votes u_hat (B, 1152, 10, 16); when training with dynamic routing, the votes are None
-        (fused_digit_routing never stores them; nothing in training reads them)."""
+    def forward(self, u: torch.Tensor) -> Digits:
+        """Primary capsules (B, 1152, 8) -> v (B, 10, 16), ||v|| (B, 10), coefficients (B, 1152, 10),
+        the votes u_hat (B, 1152, 10, 16) and, for dynamic routing outside training, every iteration's
+        couplings and logit changes. When training with dynamic routing, the votes and the iterations
+        are None (fused_digit_routing never stores them; nothing in training reads them)."""
         with torch.autocast(u.device.type, enabled=False):
             u = u.float()
             if isinstance(self.routing, DynamicRouting):
                 if self.training and torch.is_grad_enabled():
                     v, c = fused_digit_routing(u, self.W, self.routing.iters)  # the votes are never stored
-                    return v, capsule_length(v), c, None
-                v, c, u_hat = digit_routing(u, self.W, self.routing.iters)  # matmuls, also in ONNX
-                return v, capsule_length(v), c, u_hat
+                    return Digits(v, capsule_length(v), c, None)
+                v, c, u_hat, iterations = digit_routing(u, self.W, self.routing.iters)  # matmuls, also in ONNX
+                return Digits(v, capsule_length(v), c, u_hat, iterations)
             u_hat = torch.einsum("ijdk,bik->bijd", self.W, u)  # (B, 1152, 10, 16)
             v, lengths, c = self.routing(u_hat)  # (B, 10, 16), (B, 10), (B, 1152, 10)
-        return v, lengths, c, u_hat
+        return Digits(v, lengths, c, u_hat)
 
 
 class PrimaryMatrixCaps(nn.Module):
@@ -216,7 +229,7 @@ class MatrixDigitCaps(nn.Module):
             M = pose.float().view(*pose.shape[:2], self.pose_size, self.pose_size)  # (B, 1152, 4, 4)
             votes = torch.einsum("bipq,ijqr->bijpr", M, self.W).flatten(-2)  # V_ij = M_i W_ij, (B, 1152, 10, 16)
             mu, a, R = self.routing(votes, a_in.float())  # (B, 10, 16), (B, 10), (B, 1152, 10)
-        return mu, a, R, votes
+        return Digits(mu, a, R, votes)
 
 
 class Decoder(nn.Module):
@@ -315,6 +328,7 @@ class CapsNetOutput(NamedTuple):
     routing: torch.Tensor  # (B, 1152, 10) c_ij of the last iteration (em: R_ij; qp: b_ij)
     reconstruction: torch.Tensor | None  # (B, 28, 28), None without a decoder
     votes: torch.Tensor | None  # (B, 1152, 10, 16) u_hat_j|i (em: flattened V_ij); None when training dynamic
+    iterations: RoutingIterations | None  # dynamic routing outside training: every iteration (Digits)
 
 
 def create_routing(config: CapsNetConfig) -> nn.Module:
@@ -351,9 +365,10 @@ class CapsNet(nn.Module):
             Decoder(config.num_classes, config.caps_dim, config.image_size) if config.reconstruction else None
         )
 
-    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward_features(self, x: torch.Tensor) -> Digits:
         """Images (B, 1, H, W) in [0, 1] -> digit capsules (B, 10, 16), their lengths or activations
-        (B, 10), the routing coefficients (B, 1152, 10) and the votes (B, 1152, 10, 16)."""
+        (B, 10), the routing coefficients (B, 1152, 10), the votes (B, 1152, 10, 16) and, for dynamic
+        routing outside training, every routing iteration."""
         x = F.relu(self.conv1(x))  # (B, 256, 20, 20)
         u = self.primary(x)  # (B, 1152, 8); em: poses (B, 1152, 16) and activations (B, 1152)
         return self.digits(u)
@@ -364,12 +379,12 @@ class CapsNet(nn.Module):
         The decoder draws the capsule of `targets` when given (the true label, in training) and the
         longest capsule otherwise (inference), section 4.1.
         """
-        capsules, lengths, routing, votes = self.forward_features(x)  # lengths (B, 10)
+        capsules, lengths, routing, votes, iterations = self.forward_features(x)  # lengths (B, 10)
         reconstruction = None
         if self.decoder is not None:
             chosen = targets if targets is not None else lengths.argmax(dim=1)
             reconstruction = self.decoder(mask_capsules(capsules, chosen))
-        return CapsNetOutput(lengths, capsules, routing, reconstruction, votes)
+        return CapsNetOutput(lengths, capsules, routing, reconstruction, votes, iterations)
 
     def loss(self, out: CapsNetOutput, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Margin loss (Eq. 4) + recon_weight * sum-squared reconstruction error (section 4.1)."""

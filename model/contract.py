@@ -39,10 +39,17 @@ CAPSULES = "capsules"
 ROUTING = "routing"
 RECONSTRUCTION = "reconstruction"
 VOTE_LENGTHS = "vote_lengths"  # ||u_hat_j|i||, for the per-class routing maps
+# Procedure 1 iteration by iteration (dynamic routing's graphs only): the c_ij that iteration r = 1..R used
+# (r = 1: uniform 1/classes; r = R: ROUTING), and per image the mean |delta b_ij| that iteration r adds to the
+# logits (the paper's Fig. A.1; the last: what an R+1-th iteration would add)
+ROUTING_ITERATIONS = "routing_iterations"
+LOGIT_CHANGES = "logit_changes"
 BATCH = "N"
 
 CAPSNET_INPUTS = (IMAGE,)
 CAPSNET_OUTPUTS = (LENGTHS, CAPSULES, ROUTING, RECONSTRUCTION, VOTE_LENGTHS)
+CAPSNET_ITERATION_OUTPUTS = (ROUTING_ITERATIONS, LOGIT_CHANGES)  # optional, after CAPSNET_OUTPUTS
+DYNAMIC_ROUTING = "dynamic"  # Procedure 1, the routing whose graphs have CAPSNET_ITERATION_OUTPUTS
 DECODER_INPUTS = (CAPSULES,)
 DECODER_OUTPUTS = (RECONSTRUCTION,)
 
@@ -53,10 +60,11 @@ def primary_grid(image_size: int) -> int:
     return (image_size - 8 - 9) // 2 + 1
 
 
-def capsnet_shapes(image_size: int = IMAGE_SIZE) -> dict[str, tuple]:
-    """The graph's shapes for a square input of image_size (28: MNIST, 36: MultiMNIST)."""
+def capsnet_shapes(image_size: int = IMAGE_SIZE, routing_iters: int | None = None) -> dict[str, tuple]:
+    """The graph's shapes for a square input of image_size (28: MNIST, 36: MultiMNIST); with routing_iters
+    (R of Procedure 1), CAPSNET_ITERATION_OUTPUTS' too."""
     primary = PRIMARY_TYPES * primary_grid(image_size) ** 2
-    return {
+    shapes = {
         IMAGE: (BATCH, 1, image_size, image_size),
         LENGTHS: (BATCH, NUM_CLASSES),
         CAPSULES: (BATCH, NUM_CLASSES, CAPSULE_DIM),
@@ -64,6 +72,18 @@ def capsnet_shapes(image_size: int = IMAGE_SIZE) -> dict[str, tuple]:
         RECONSTRUCTION: (BATCH, image_size, image_size),
         VOTE_LENGTHS: (BATCH, primary, NUM_CLASSES),
     }
+    if routing_iters is not None:
+        shapes[ROUTING_ITERATIONS] = (BATCH, routing_iters, primary, NUM_CLASSES)
+        shapes[LOGIT_CHANGES] = (BATCH, routing_iters)
+    return shapes
+
+
+def capsnet_outputs(image_size: int, routing: str, routing_iters: int) -> dict[str, tuple]:
+    """The CapsNet graph's outputs, in order, with their shapes, for a model's input size and routing (its
+    card's model_config): CAPSNET_OUTPUTS, then for dynamic routing CAPSNET_ITERATION_OUTPUTS of its R."""
+    iterated = routing == DYNAMIC_ROUTING
+    shapes = capsnet_shapes(image_size, routing_iters if iterated else None)
+    return {name: shapes[name] for name in CAPSNET_OUTPUTS + (CAPSNET_ITERATION_OUTPUTS if iterated else ())}
 
 
 CAPSNET_SHAPES = capsnet_shapes(IMAGE_SIZE)

@@ -27,6 +27,7 @@ The loops run over routing iterations only; every capsule is handled at once.
 """
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -90,12 +91,20 @@ def dynamic_routing(u_hat: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, 
     return v, c
 
 
-def _route(u_hat: torch.Tensor, iters: int) -> tuple[list, list, list]:
-    """Procedure 1 on parent-major votes u_hat (B, N_out, N_in, D); every iteration's c, s and v."""
+def _agreement(u_hat: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """a_ij = u_hat_j|i . v_j (Procedure 1, line 7) of parent-major votes (B, N_out, N_in, D) and parents
+    (B, N_out, D): (B, N_out, N_in), one batched matmul."""
+    B, J, I, D = u_hat.shape
+    return torch.bmm(u_hat.view(B * J, I, D), v.view(B * J, D, 1)).view(B, J, I)
+
+
+def _route(u_hat: torch.Tensor, iters: int) -> tuple[list, list, list, list]:
+    """Procedure 1 on parent-major votes u_hat (B, N_out, N_in, D); every iteration's c, s and v, and the
+    agreements a_ij that iterations 1..r-1 added to the logits (the last iteration adds none)."""
     B, J, I, D = u_hat.shape
     uf = u_hat.view(B * J, I, D)
     b = u_hat.new_zeros(B, J, I)
-    cs, ss, vs = [], [], []
+    cs, ss, vs, agreements = [], [], [], []
     for r in range(iters):
         c = torch.softmax(b, dim=1)  # Eq. 3, over the parents, (B, J, I)
         s = torch.bmm(c.view(B * J, 1, I), uf).view(B, J, D)  # Eq. 2
@@ -104,8 +113,9 @@ def _route(u_hat: torch.Tensor, iters: int) -> tuple[list, list, list]:
         ss.append(s)
         vs.append(v)
         if r < iters - 1:
-            b = b + torch.bmm(uf, v.view(B * J, D, 1)).view(B, J, I)  # agreement a_ij = u_hat . v_j
-    return cs, ss, vs
+            agreements.append(_agreement(u_hat, v))
+            b = b + agreements[-1]
+    return cs, ss, vs, agreements
 
 
 def _squash_backward(s: torch.Tensor, grad_v: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -185,7 +195,7 @@ class _FusedDigitRouting(torch.autograd.Function):
         with torch.autocast(u.device.type, enabled=False):
             # contiguous: a no-op unless, say, W was made channels_last
             u, W = u.to(dtype).contiguous(), W.to(dtype).contiguous()
-            parts = [_route(_votes(u[k : k + chunk], W), iters) for k in range(0, len(u), chunk)]
+            parts = [_route(_votes(u[k : k + chunk], W), iters)[:3] for k in range(0, len(u), chunk)]
             cs, ss, vs = ([torch.cat([p[n][r] for p in parts]) for r in range(iters)] for n in range(3))
         ctx.save_for_backward(u, W, *cs, *ss, *vs)
         ctx.iters, ctx.chunk = iters, chunk
@@ -249,9 +259,20 @@ def fused_digit_routing(
     return _FusedDigitRouting.apply(u, W, iters, chunk)
 
 
-def digit_routing(u: torch.Tensor, W: torch.Tensor, iters: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class RoutingIterations(NamedTuple):
+    """What each of Procedure 1's R iterations did (digit_routing), for inspection; the contract's
+    CAPSNET_ITERATION_OUTPUTS."""
+
+    couplings: torch.Tensor  # (B, R, N_in, N_out): the c_ij = softmax_j(b_ij) (Eq. 3) iteration r used
+    logit_changes: torch.Tensor  # (B, R): mean over i, j of |u_hat_j|i . v_j|, v_j after r iterations (Fig. A.1)
+
+
+def digit_routing(
+    u: torch.Tensor, W: torch.Tensor, iters: int = 3
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, RoutingIterations]:
     """Eq. 2 and Procedure 1 for inference and export: the votes and the routing of
-    fused_digit_routing's forward (parent-major votes, every sum a batched matmul), keeping the votes.
+    fused_digit_routing's forward (parent-major votes, every sum a batched matmul), keeping the votes
+    and every iteration.
 
     The same values as dynamic_routing(einsum(W, u), iters). The formulation matters for export: each
     step becomes an ONNX MatMul, where einsum's equations become Einsum nodes that took 11.0 of the
@@ -259,14 +280,21 @@ def digit_routing(u: torch.Tensor, W: torch.Tensor, iters: int = 3) -> tuple[tor
     that replace them: about 1 ms).
 
     Returns:
-        v (B, N_out, D), the final couplings c (B, N_in, N_out) and the votes u_hat (B, N_in, N_out, D)
-        (a transposed view of the parent-major votes).
+        v (B, N_out, D), the final couplings c (B, N_in, N_out), the votes u_hat (B, N_in, N_out, D)
+        (a transposed view of the parent-major votes) and the RoutingIterations: the couplings of
+        iterations 1..R (c^1 = 1 / N_out, c^R = c) and per image the mean |delta b_ij| each adds, taken
+        from the agreements the routing added (iterations 1..R-1) and one more agreement with the
+        final v (what an R+1-th iteration would add).
     """
     if iters < 1:
         raise ValueError(f"routing needs at least one iteration, got {iters}")
     u_hat = _votes(u, W)  # (B, N_out, N_in, D)
-    cs, _, vs = _route(u_hat, iters)
-    return vs[-1], cs[-1].transpose(1, 2), u_hat.transpose(1, 2)
+    cs, _, vs, agreements = _route(u_hat, iters)
+    agreements.append(_agreement(u_hat, vs[-1]))
+    iterations = RoutingIterations(
+        torch.stack(cs, 1).transpose(2, 3), torch.stack([a.abs().mean(dim=(1, 2)) for a in agreements], 1)
+    )
+    return vs[-1], cs[-1].transpose(1, 2), u_hat.transpose(1, 2), iterations
 
 
 def routing_logit_changes(u_hat: torch.Tensor, iters: int = 10) -> torch.Tensor:
@@ -275,7 +303,8 @@ def routing_logit_changes(u_hat: torch.Tensor, iters: int = 10) -> torch.Tensor:
     Iteration k adds the agreement a_ij = u_hat_j|i . v_j, with v_j the output after k iterations;
     the mean is over examples, children and parents. Returns (iters,). The paper reports it falling
     about linearly in log scale after 500 epochs; our briefly trained networks' curve rises slowly
-    (docs/results.md).
+    (docs/results.md). digit_routing's RoutingIterations.logit_changes are the same means per image,
+    from the routing's own agreements.
     """
     return torch.stack(
         [torch.einsum("bijd,bjd->bij", u_hat, dynamic_routing(u_hat, k)[0]).abs().mean() for k in range(1, iters + 1)]

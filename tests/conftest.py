@@ -27,6 +27,25 @@ def mnist_fixture() -> tuple[np.ndarray, np.ndarray]:
         return f["images"], f["labels"].astype(np.int64)
 
 
+def without_iteration_outputs(folder: Path, out: Path) -> Path:
+    """A copy of a model folder (its two graphs and its card) in out, as exported before the CapsNet graph had
+    contract.CAPSNET_ITERATION_OUTPUTS: the graph's outputs without them (ONNX Runtime drops the nodes
+    that only they need)."""
+    import onnx
+
+    from model import contract
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (contract.DECODER_ONNX, contract.MODEL_CARD):
+        (out / name).write_bytes((folder / name).read_bytes())
+    graph = onnx.load(str(folder / contract.CAPSNET_ONNX))
+    kept = [o for o in graph.graph.output if o.name not in contract.CAPSNET_ITERATION_OUTPUTS]
+    del graph.graph.output[:]
+    graph.graph.output.extend(kept)
+    onnx.save(graph, str(out / contract.CAPSNET_ONNX))
+    return out
+
+
 START_TIMEOUT_S = 60.0
 
 

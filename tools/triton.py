@@ -17,7 +17,8 @@ The names are the app's: GET /models and its Open Inference Protocol routes (/v2
 NAME_decoder), so a client moves between the two servers unchanged. config.pbtxt is generated from
 the ONNX graph's own inputs and outputs (names, element types, shapes), read with the `onnx` package,
 and checked against model/contract.py at the input size of the model's card: every contract name must
-be in the graph with the contract's shape, and the batch axis must be dynamic, since Triton's dynamic
+be in the graph with the contract's shape (the optional iteration outputs of dynamic routing, where the
+graph has them, at the card's routing iterations), and the batch axis must be dynamic, since Triton's dynamic
 batching (the same idea as the app's batcher) stacks requests along it. No torch needed.
 """
 
@@ -68,7 +69,8 @@ def graph_io(path: Path) -> tuple[list[tuple], list[tuple]]:
 
 
 def check_contract(path: Path, inputs, outputs, want_inputs, want_outputs, want_shapes) -> None:
-    """Raise if the graph lacks a contract name, has another shape for it, or a fixed batch axis."""
+    """Raise if the graph lacks a name of want_inputs or want_outputs, has another shape than want_shapes for
+    any tensor that want_shapes names, or a fixed batch axis."""
     have = {name: shape for name, _, shape in inputs + outputs}
     if [name for name, _, _ in inputs] != list(want_inputs):
         raise ValueError(f"{path}: inputs {[n for n, _, _ in inputs]} != contract {list(want_inputs)}")
@@ -78,7 +80,7 @@ def check_contract(path: Path, inputs, outputs, want_inputs, want_outputs, want_
             f"{path}: outputs {missing} of model/contract.py are not in the graph "
             f"(it has {[n for n, _, _ in outputs]}); re-export the model"
         )
-    for name in (*want_inputs, *want_outputs):
+    for name in [name for name in have if name in want_shapes]:  # optional outputs too, where the graph has them
         if have[name] != tuple(want_shapes[name]):
             raise ValueError(
                 f"{path}: {name} has shape {list(have[name])}, the contract says {list(want_shapes[name])}"
@@ -129,10 +131,11 @@ def _external_data(path: Path) -> list[Path]:
 
 def graphs(model_dir: Path) -> dict[str, tuple]:
     """The two graphs of a model folder: suffix -> (ONNX file, contract inputs, contract outputs, shapes),
-    the shapes at the input size its card names."""
+    the shapes at the input size and routing iterations its card names (the iteration outputs' too, which
+    only dynamic routing's graphs have)."""
     card = json.loads((Path(model_dir) / contract.MODEL_CARD).read_text())
     size = card[contract.SERVING]["input"]["size"] if contract.SERVING in card else card["model_config"]["image_size"]
-    shapes = contract.capsnet_shapes(size)
+    shapes = contract.capsnet_shapes(size, card["model_config"]["routing_iters"])
     return {
         "": (contract.CAPSNET_ONNX, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, shapes),
         DECODER: (

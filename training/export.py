@@ -96,13 +96,17 @@ SERVED: dict[str, Served] = {
 
 
 class ExportedCapsNet(nn.Module):
-    """image -> (lengths, capsules, routing, reconstruction, vote_lengths), contract.CAPSNET_OUTPUTS.
+    """image -> (lengths, capsules, routing, reconstruction, vote_lengths), contract.CAPSNET_OUTPUTS, and
+    for dynamic routing (routing_iterations, logit_changes), contract.CAPSNET_ITERATION_OUTPUTS.
 
     vote_lengths = ||u_hat_j|i|| lets the service draw where each digit's support comes from
     (sum over the 32 primary types of c_ij ||u_hat_j|i|| on the 6x6 grid) without a second pass.
     Every routing fills the same outputs (model/routing.py): for em, lengths are the activations a_j,
     capsules the flattened 4x4 poses, routing the responsibilities R_ij and vote_lengths the
     Frobenius norms of the votes V_ij; for qp, routing is the learned b_ij (any sign, rows free).
+    Dynamic routing's graphs also show Procedure 1 iteration by iteration, from the same forward
+    (model/routing.py: RoutingIterations): the c_ij of every iteration (Eq. 3) and, per image, the mean
+    |delta b_ij| = |u_hat_j|i . v_j| each adds to the logits (Fig. A.1).
     """
 
     def __init__(self, model: CapsNet):
@@ -113,10 +117,13 @@ class ExportedCapsNet(nn.Module):
                 "with its decoder (without --no-reconstruction)"
             )
         self.model = model
+        c = model.config
+        self.outputs = tuple(contract.capsnet_outputs(c.image_size, c.routing, c.routing_iters))
 
     def forward(self, image: torch.Tensor):
         out = self.model(image)
-        return out.lengths, out.capsules, out.routing, out.reconstruction, capsule_length(out.votes)
+        outputs = out.lengths, out.capsules, out.routing, out.reconstruction, capsule_length(out.votes)
+        return outputs if out.iterations is None else (*outputs, *out.iterations)
 
 
 class ExportedDecoder(nn.Module):
@@ -191,14 +198,9 @@ def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     size, c = model.config.image_size, model.config
     capsnet_path, decoder_path = out_dir / contract.CAPSNET_ONNX, out_dir / contract.DECODER_ONNX
+    exported = ExportedCapsNet(model).eval()
     with torch.no_grad():
-        _export(
-            ExportedCapsNet(model).eval(),
-            torch.rand(2, 1, size, size),
-            capsnet_path,
-            contract.CAPSNET_INPUTS,
-            contract.CAPSNET_OUTPUTS,
-        )
+        _export(exported, torch.rand(2, 1, size, size), capsnet_path, contract.CAPSNET_INPUTS, exported.outputs)
         _export(
             ExportedDecoder(model).eval(),
             torch.rand(2, c.num_classes, c.caps_dim),
@@ -220,20 +222,21 @@ def check_parity(
     batches=PARITY_BATCHES,
     tol: float = PARITY_TOL,
 ) -> float:
-    """Max |ORT - PyTorch| over every output at each batch size; raises if above tol or argmax differs."""
+    """Max |ORT - PyTorch| over every output (the iteration outputs too, for dynamic routing) at each batch
+    size; raises if above tol or argmax differs."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(decoder_path), providers=["CPUExecutionProvider"])
-    model = model.eval().cpu()
+    exported = ExportedCapsNet(model.eval().cpu())
     worst = 0.0
     for n in batches:
         x = images[:n, None].astype(np.float32) / 255.0
-        ours = sess.run(list(contract.CAPSNET_OUTPUTS), {contract.IMAGE: x})
-        ref = ExportedCapsNet(model)(torch.from_numpy(x))
+        ours = sess.run(list(exported.outputs), {contract.IMAGE: x})
+        ref = exported(torch.from_numpy(x))
         masked = mask_capsules(ref[1], ref[0].argmax(1))
         (recon,) = dec.run(None, {contract.CAPSULES: masked.numpy()})
-        pairs = [*list(zip(contract.CAPSNET_OUTPUTS, ours, ref, strict=True)), ("decoder", recon, ref[3])]
+        pairs = [*list(zip(exported.outputs, ours, ref, strict=True)), ("decoder", recon, ref[3])]
         for name, got, want in pairs:
             want = want.numpy()
             if got.shape != want.shape:
@@ -256,6 +259,14 @@ def stored_weights(path: Path) -> str:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def card_outputs(model_config: dict) -> dict[str, list]:
+    """The card's `outputs`: the CapsNet graph's outputs and shapes for its model_config (contract.capsnet_outputs)."""
+    outputs = contract.capsnet_outputs(
+        model_config["image_size"], model_config["routing"], model_config["routing_iters"]
+    )
+    return {name: list(shape) for name, shape in outputs.items()}
 
 
 def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | None, dataset: str | None = None) -> dict:
@@ -299,7 +310,7 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
         "parity_max_abs_diff": parity,
         "parity_batches": list(PARITY_BATCHES),
         "inputs": {k: list(shapes[k]) for k in contract.CAPSNET_INPUTS},
-        "outputs": {k: list(shapes[k]) for k in contract.CAPSNET_OUTPUTS},
+        "outputs": card_outputs(ckpt["config"]),
         "created": datetime.date.today().isoformat(),
     }
     card[contract.SERVING] = build_serving(ckpt["config"], **SERVED[dataset]).model_dump()
@@ -472,16 +483,20 @@ def describe_dimensions(
 
 
 def compare_graphs(old: Path, new: Path, images: np.ndarray, batch_size: int = 64) -> tuple[float, int]:
-    """Max |new - old| over every output on images (N, S, S) uint8, and on how many the argmax differs."""
+    """Max |new - old| over every output the two graphs share on images (N, S, S) uint8, and on how many
+    the argmax of lengths differs."""
     import onnxruntime as ort
 
     sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (old, new)]
+    new_names = {o.name for o in sessions[1].get_outputs()}
+    shared = [o.name for o in sessions[0].get_outputs() if o.name in new_names]
+    lengths = shared.index(contract.LENGTHS)
     worst, differ = 0.0, 0
     for start in range(0, len(images), batch_size):
         x = images[start : start + batch_size, None].astype(np.float32) / 255.0
-        a, b = (s.run(list(contract.CAPSNET_OUTPUTS), {contract.IMAGE: x}) for s in sessions)
+        a, b = (s.run(shared, {contract.IMAGE: x}) for s in sessions)
         worst = max(worst, *(float(np.abs(p - q).max()) for p, q in zip(a, b, strict=True)))
-        differ += int((a[0].argmax(1) != b[0].argmax(1)).sum())
+        differ += int((a[lengths].argmax(1) != b[lengths].argmax(1)).sum())
     return worst, differ
 
 
@@ -489,9 +504,10 @@ def reexport(model_dir: Path, data_dir: Path | None = None) -> dict:
     """Export a model folder's model again with this code, from its own graphs' weights (model_from_graphs).
 
     The new graphs replace the old ones only if they compute the same function: max |new - old| <=
-    PARITY_TOL over every output on the full test set of the model's dataset (centred on its input
-    size) and not one prediction changed; the card's measured figures then carry over, and it gets
-    the new version, the export's parity and a `reexport` record of the comparison.
+    PARITY_TOL over every output both graphs have (compare_graphs; a graph from older code may lack the
+    iteration outputs) on the full test set of the model's dataset (centred on its input size) and not
+    one prediction changed; the card's measured figures then carry over, and it gets the new version,
+    the export's parity, the new graph's outputs and a `reexport` record of the comparison.
     """
     model_dir = Path(model_dir)
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
@@ -519,6 +535,7 @@ def reexport(model_dir: Path, data_dir: Path | None = None) -> dict:
         parity_max_abs_diff=parity,
         opset=OPSET,
         stored_weights=stored_weights(model_dir / contract.CAPSNET_ONNX),
+        outputs=card_outputs(card["model_config"]),
     )
     (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
     print(

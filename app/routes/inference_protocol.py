@@ -3,8 +3,10 @@
 Two models per served model NAME (GET /models: mnist, multimnist, ...): NAME is the CapsNet graph
 (image -> the contract's outputs) and NAME_decoder the decoder (masked capsules -> reconstruction), the
 same two graphs as the Triton repository of tools/triton.py. Tensors are the
-raw graph tensors of model/contract.py, in and out; `outputs` selects which come back. Both share
-the engine and its dynamic batchers with /predict and /reconstruct.
+raw graph tensors of model/contract.py, in and out; `outputs` selects which come back (all without
+it). Dynamic routing's CapsNet graphs also have routing_iterations and logit_changes (Procedure 1 iteration
+by iteration), fetched only for a request that asks for them or for all. Both share the engine and its
+dynamic batchers with /predict and /reconstruct.
 
 Requests and responses are JSON, or JSON followed by raw little-endian tensor bytes (the protocol's
 binary tensor data extension, what tritonclient sends by default): the header
@@ -329,7 +331,7 @@ async def infer(name: str, request: Request, engines: EnginesDep, version: str |
             session,
             engine.outputs_of(session),
         )
-        results = await engine.infer(session, x)
+        results = await engine.infer(session, x, [out for out, _ in wanted])
     except ProtocolError as exc:
         return error(str(exc), exc.status)
     except (QueueFullError, DeadlineError) as exc:

@@ -12,8 +12,16 @@ from starlette.datastructures import UploadFile
 
 from app import imaging
 from app.deps import EngineDep, SettingsDep, parse_include
-from app.engine import Engine, Outputs
-from app.schemas import INCLUDE_OPTIONS, ErrorMessage, PredictRequest, PredictResponse, Preprocess
+from app.engine import Engine, Outputs, coupling_changes
+from app.schemas import (
+    INCLUDE_DEFAULT,
+    INCLUDE_OPTIONS,
+    ITERATIONS,
+    ErrorMessage,
+    PredictRequest,
+    PredictResponse,
+    Preprocess,
+)
 from model import contract
 
 router = APIRouter(tags=["model"])
@@ -47,7 +55,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         404: "no such model",
         413: "body or image too large",
         415: "neither multipart nor JSON",
-        422: "not a usable image, bad option",
+        422: "not a usable image, bad option, iterations of a model whose graph has none",
         503: "the model is not ready, or too many requests are waiting",
         504: "the request waited past its deadline (CAPSNET_REQUEST_DEADLINE_S)",
     }.items()
@@ -134,16 +142,16 @@ def ranked(lengths: np.ndarray) -> np.ndarray:
     return np.argsort(-lengths, kind="stable")
 
 
-async def read(prepared: imaging.Prepared, engine: Engine) -> tuple[Outputs, imaging.Prepared]:
-    """The model's outputs for the prepared input. Of several candidates (a drawing at several scales)
-    the one its own answer explains best: the objects' capsules, each decoded alone (one decoder batch
-    for every candidate), redraw the candidate with the least squared error per unit of its ink, the
-    reconstruction test of section 6. (The longest capsules alone pick worse: 71% vs 83% of 300 held-out
-    pairs drawn at 216 px, benchmarks/drawn_pairs.py.)"""
+async def read(prepared: imaging.Prepared, engine: Engine, iterations: bool) -> tuple[Outputs, imaging.Prepared]:
+    """The model's outputs for the prepared input (with iterations, CAPSNET_ITERATION_OUTPUTS too). Of
+    several candidates (a drawing at several scales) the one its own answer explains best: the objects'
+    capsules, each decoded alone (one decoder batch for every candidate), redraw the candidate with the
+    least squared error per unit of its ink, the reconstruction test of section 6. (The longest capsules
+    alone pick worse: 71% vs 83% of 300 held-out pairs drawn at 216 px, benchmarks/drawn_pairs.py.)"""
     if prepared.candidates is None:
-        return await engine.predict(prepared.image), prepared
+        return await engine.predict(prepared.image, iterations), prepared
     images = prepared.candidates
-    outputs = await engine.predict_many(images)
+    outputs = await engine.predict_many(images, iterations)
     named = [ranked(out[contract.LENGTHS])[: engine.spec.objects] for out in outputs]
     drawings = await engine.reconstruct(
         np.concatenate(named),
@@ -160,6 +168,18 @@ async def draw_objects(outputs: Outputs, engine: Engine) -> np.ndarray:
     (objects, size, size), one decoder batch (section 6: each digit reconstructed alone)."""
     named = ranked(outputs[contract.LENGTHS])[: engine.spec.objects]
     return await engine.reconstruct(named, outputs[contract.CAPSULES][named])
+
+
+def routing_iterations(outputs: Outputs, engine: Engine) -> list[dict]:
+    """Procedure 1 iteration by iteration (schemas.RoutingIteration): each iteration's routing maps (its
+    c_ij times ||u_hat_j|i||), the mean |delta b_ij| it adds (Fig. A.1) and how far it moved the c_ij."""
+    couplings = outputs[contract.ROUTING_ITERATIONS]  # (R, primary, classes)
+    maps = engine.routing_iteration_maps(couplings, outputs[contract.VOTE_LENGTHS])
+    changes = zip(maps, outputs[contract.LOGIT_CHANGES], coupling_changes(couplings), strict=True)
+    return [
+        {"iteration": r, "maps": m, "logit_change": logit, "coupling_change": coupling}
+        for r, (m, logit, coupling) in enumerate(changes, start=1)
+    ]
 
 
 def render(
@@ -187,12 +207,16 @@ def render(
         body["capsules"] = outputs[contract.CAPSULES]
     if "reconstruction" in include:
         body["reconstruction"] = image_field(outputs[contract.RECONSTRUCTION])
+    routing: dict = {}
     if "routing" in include:
-        routing = outputs[contract.ROUTING]
-        body["routing"] = {
-            "coefficients": routing,
-            "maps": engine.routing_maps(routing, outputs[contract.VOTE_LENGTHS]),
-        }
+        coefficients = outputs[contract.ROUTING]
+        routing.update(
+            coefficients=coefficients, maps=engine.routing_maps(coefficients, outputs[contract.VOTE_LENGTHS])
+        )
+    if ITERATIONS in include:
+        routing[ITERATIONS] = routing_iterations(outputs, engine)
+    if routing:
+        body["routing"] = routing
     body["input"] = imaging.png_data_url(prepared.image)
     body["model"] = {
         "name": engine.name,
@@ -217,8 +241,10 @@ async def predict(
     include: Annotated[
         str | None,
         Query(
-            description="comma list of capsules, reconstruction, routing to return (default: all; empty: none)",
-            examples=["capsules,reconstruction,routing"],
+            description=f"comma list of {', '.join(INCLUDE_OPTIONS)} to return (default: "
+            f"{', '.join(INCLUDE_DEFAULT)}; empty: none). {ITERATIONS}: routing.iterations, dynamic routing "
+            "iteration by iteration (Procedure 1; 422 for a model whose graph does not have them)",
+            examples=[",".join(INCLUDE_DEFAULT), ",".join(INCLUDE_OPTIONS)],
         ),
     ] = None,
     preprocess: Annotated[
@@ -235,10 +261,18 @@ async def predict(
 ) -> Response:
     """Post an image as multipart `file` (`curl -F file=@digit.png localhost:8000/predict`) or as JSON
     `{"image": "<base64 or data URL>"}`. Concurrent requests share one batch on the model."""
-    parts = parse_include(include, INCLUDE_OPTIONS)
+    parts = parse_include(include, INCLUDE_OPTIONS, INCLUDE_DEFAULT)
+    iterations = ITERATIONS in parts
+    if iterations and not engine.iteration_names:
+        raise HTTPException(
+            422,
+            f"model {engine.name} cannot show its routing iteration by iteration: its graph has no "
+            f"{' or '.join(contract.CAPSNET_ITERATION_OUTPUTS)} (only graphs of dynamic routing exported by "
+            f"this code do; its routing is {engine.spec.routing.kind}); leave {ITERATIONS} out of include",
+        )
     data = await read_image_bytes(request)
     prepared = await load_input(data, preprocess, engine, settings.max_pixels)
-    outputs, prepared = await read(prepared, engine)
+    outputs, prepared = await read(prepared, engine, iterations)
     several = engine.spec.objects > 1 and "reconstruction" in parts
     drawings = await draw_objects(outputs, engine) if several else None
     return Response(render(outputs, prepared, parts, engine, drawings), media_type="application/json")  # < 1 ms

@@ -48,7 +48,9 @@ def test_model_metadata_is_the_onnx_graphs(tc, session):
     assert meta["platform"] == "onnxruntime_onnx" and len(meta["versions"]) == 1
     assert meta["inputs"] == [{"name": contract.IMAGE, "datatype": "FP32", "shape": [-1, 1, 28, 28]}]
     assert [o["name"] for o in meta["outputs"]] == [o.name for o in session.get_outputs()]
-    assert {o["name"]: o["shape"] for o in meta["outputs"]}[contract.ROUTING] == [-1, 1152, 10]
+    shapes = {o["name"]: o["shape"] for o in meta["outputs"]}
+    assert shapes[contract.ROUTING] == [-1, 1152, 10]
+    assert shapes[contract.ROUTING_ITERATIONS] == [-1, 3, 1152, 10] and shapes[contract.LOGIT_CHANGES] == [-1, 3]
     decoder = tc.get_model_metadata(DECODER)
     assert decoder["inputs"][0]["name"] == contract.CAPSULES and decoder["outputs"][0]["shape"] == [-1, 28, 28]
 
@@ -74,7 +76,22 @@ def test_infer_without_outputs_returns_every_output(tc, mnist_fixture):
     inp.set_data_from_numpy(x)
     result = tc.infer(MODEL, [inp])
     names = [o["name"] for o in result.get_response()["outputs"]]
-    assert names == list(contract.CAPSNET_OUTPUTS) and result.as_numpy(contract.RECONSTRUCTION).shape == (1, 28, 28)
+    assert names == [*contract.CAPSNET_OUTPUTS, *contract.CAPSNET_ITERATION_OUTPUTS]
+    assert result.as_numpy(contract.RECONSTRUCTION).shape == (1, 28, 28)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_returns_the_routing_iterations(tc, session, mnist_fixture, binary):
+    """Dynamic routing's iteration outputs come back by name, as the session computes them."""
+    x = images(mnist_fixture, 3)
+    inp = triton.InferInput(contract.IMAGE, list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    names = contract.CAPSNET_ITERATION_OUTPUTS
+    result = tc.infer(MODEL, [inp], outputs=[triton.InferRequestedOutput(n, binary_data=binary) for n in names])
+    assert [o["name"] for o in result.get_response()["outputs"]] == list(names)
+    for name, want in zip(names, session.run(list(names), {contract.IMAGE: x}), strict=True):
+        np.testing.assert_allclose(result.as_numpy(name), want, rtol=0, atol=1e-6)
+    assert result.as_numpy(contract.ROUTING_ITERATIONS).shape == (3, 3, 1152, 10)
 
 
 def test_decoder_draws_the_masked_capsule(tc, session, mnist_fixture):

@@ -78,8 +78,8 @@ def test_config_matches_onnx_runtime_view_of_the_model(repo, name, folder, suffi
 def test_capsnet_config_spells_the_contract_at_the_models_size(repo, name, size):
     config = read_config(repo, name)
     dims = {t.name: list(t.dims) for t in (*config.input, *config.output)}
-    shapes = contract.capsnet_shapes(size)
-    for tensor in (*contract.CAPSNET_INPUTS, *contract.CAPSNET_OUTPUTS):
+    shapes = contract.capsnet_shapes(size, 3)  # every shipped model routes dynamically, 3 iterations
+    for tensor in (*contract.CAPSNET_INPUTS, *contract.CAPSNET_OUTPUTS, *contract.CAPSNET_ITERATION_OUTPUTS):
         assert dims[tensor] == list(shapes[tensor][1:])
     assert dims[contract.IMAGE] == [1, size, size]
     assert [list(t.dims) for t in read_config(repo, name + triton.DECODER).output] == [[size, size]]
@@ -112,6 +112,18 @@ def _tiny_model(path, batch_dim, output="lengths"):
     y = onnx.helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, [batch_dim, 1, 28, 28])
     graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["image"], [output])], "g", [x], [y])
     onnx.save(onnx.helper.make_model(graph), str(path))
+
+
+def test_contract_check_reads_the_iterations_at_the_cards_count():
+    """The optional iteration outputs are checked where a graph has them: at R = 2 the shipped graph's
+    3 iterations are refused."""
+    path = contract.SHIPPED["mnist"] / contract.CAPSNET_ONNX
+    inputs, outputs = triton.graph_io(path)
+    triton.check_contract(path, inputs, outputs, ("image",), contract.CAPSNET_OUTPUTS, contract.capsnet_shapes(28, 3))
+    with pytest.raises(ValueError, match=r"routing_iterations has shape \['N', 3, 1152, 10\]"):
+        triton.check_contract(
+            path, inputs, outputs, ("image",), contract.CAPSNET_OUTPUTS, contract.capsnet_shapes(28, 2)
+        )
 
 
 def test_contract_check_rejects_a_wrong_graph(tmp_path):

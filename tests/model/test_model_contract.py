@@ -52,3 +52,18 @@ def test_every_shipped_model_has_one_folder_of_the_same_shape():
         assert (folder / contract.DECODER_ONNX).is_file(), name
     code = Path(contract.__file__).parent
     assert not list(code.glob("*.onnx")) and not list(code.glob("**/" + contract.MODEL_CARD))
+
+
+def test_iteration_outputs_are_dynamic_routings_at_its_r():
+    """The optional iteration outputs follow CAPSNET_OUTPUTS for the routing contract.DYNAMIC_ROUTING names
+    (Procedure 1, the model's DynamicRouting), at R iterations; other routings' graphs have none."""
+    from model.capsnet import CapsNetConfig, create_routing
+    from model.routing import DynamicRouting
+
+    assert isinstance(create_routing(CapsNetConfig(routing=contract.DYNAMIC_ROUTING)), DynamicRouting)
+    dynamic = contract.capsnet_outputs(36, contract.DYNAMIC_ROUTING, 4)
+    assert list(dynamic) == [*contract.CAPSNET_OUTPUTS, *contract.CAPSNET_ITERATION_OUTPUTS]
+    assert dynamic[contract.ROUTING_ITERATIONS] == (contract.BATCH, 4, 3200, 10)
+    assert dynamic[contract.LOGIT_CHANGES] == (contract.BATCH, 4)
+    for routing in ("em", "qp-l2"):
+        assert list(contract.capsnet_outputs(28, routing, 3)) == list(contract.CAPSNET_OUTPUTS)

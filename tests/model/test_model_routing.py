@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from model.capsnet import DigitCaps
-from model.routing import capsule_length, digit_routing, dynamic_routing, fused_digit_routing, squash
+from model.routing import (
+    capsule_length,
+    digit_routing,
+    dynamic_routing,
+    fused_digit_routing,
+    routing_logit_changes,
+    squash,
+)
 
 
 @pytest.mark.parametrize("norm", [0.0, 1e-3, 0.5, 1.0, 3.0, 100.0])
@@ -89,9 +96,15 @@ def test_digit_routing_is_procedure_1_on_the_votes_of_eq_2(iters):
     u, W = torch.randn(5, 7, 3, dtype=torch.float64), torch.randn(7, 4, 6, 3, dtype=torch.float64)
     u_hat_ref = torch.einsum("ijdk,bik->bijd", W, u)
     v_ref, c_ref = dynamic_routing(u_hat_ref, iters)
-    v, c, u_hat = digit_routing(u, W, iters)
+    v, c, u_hat, iterations = digit_routing(u, W, iters)
     for got, want in ((v, v_ref), (c, c_ref), (u_hat, u_hat_ref)):
         torch.testing.assert_close(got, want)
+    assert iterations.couplings.shape == (5, iters, 7, 4) and iterations.logit_changes.shape == (5, iters)
+    for r in range(iters):  # iteration r + 1 used the couplings of dynamic_routing(u_hat, r + 1)
+        torch.testing.assert_close(iterations.couplings[:, r], dynamic_routing(u_hat_ref, r + 1)[1])
+    torch.testing.assert_close(iterations.couplings[:, -1], c)
+    per_image = torch.stack([routing_logit_changes(u_hat_ref[b : b + 1], iters) for b in range(5)])
+    torch.testing.assert_close(iterations.logit_changes, per_image)
 
 
 @pytest.mark.parametrize("iters, chunk", [(1, 2), (2, 3), (3, 2), (3, 8)])
@@ -117,13 +130,14 @@ def test_training_forward_uses_the_fused_routing_with_the_same_result():
     """DigitCaps in training (fused, no votes stored) and in eval (plain Procedure 1) agree."""
     torch.manual_seed(0)
     layer, u = DigitCaps(), torch.randn(3, 1152, 8, requires_grad=True)
-    v, _lengths, c, votes = layer.train()(u)
-    assert votes is None and v.requires_grad
+    trained = layer.train()(u)
+    assert trained.votes is None and trained.iterations is None and trained.capsules.requires_grad
     with torch.no_grad():
-        v_eval, _lengths_eval, c_eval, votes_eval = layer.eval()(u)
-    assert votes_eval.shape == (3, 1152, 10, 16)
-    torch.testing.assert_close(v, v_eval)
-    torch.testing.assert_close(c, c_eval)
+        evaluated = layer.eval()(u)
+    assert evaluated.votes.shape == (3, 1152, 10, 16)
+    assert evaluated.iterations.couplings.shape == (3, 3, 1152, 10)
+    torch.testing.assert_close(trained.capsules, evaluated.capsules)
+    torch.testing.assert_close(trained.routing, evaluated.routing)
 
 
 def test_fused_digit_routing_is_fp32_under_bf16_autocast_and_with_bf16_inputs():

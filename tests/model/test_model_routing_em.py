@@ -119,7 +119,7 @@ def test_votes_are_pose_times_w():
     torch.manual_seed(0)
     layer = MatrixDigitCaps(in_caps=5, num_caps=3)
     pose, a = torch.randn(2, 5, 16), torch.rand(2, 5)
-    *_, votes = layer((pose, a))
+    votes = layer((pose, a)).votes
     assert votes.shape == (2, 5, 3, 16)
     M, W = pose[1, 4].view(4, 4), layer.W[4, 2]
     assert torch.allclose(votes[1, 4, 2], (M @ W).flatten(), atol=1e-6)

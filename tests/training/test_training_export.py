@@ -12,6 +12,7 @@ import torch
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from model.card import Dimensions
+from tests.conftest import without_iteration_outputs
 from training import export
 from training.config import TrainConfig
 
@@ -26,9 +27,12 @@ def exported(tmp_path_factory):
 
 @pytest.mark.slow
 def test_graphs_follow_the_contract(exported):
+    """Dynamic routing's CapsNet graph has the contract's outputs, then every routing iteration's."""
     _, capsnet_path, decoder_path = exported
+    capsnet_outputs = contract.CAPSNET_OUTPUTS + contract.CAPSNET_ITERATION_OUTPUTS
+    capsnet_shapes = contract.capsnet_shapes(contract.IMAGE_SIZE, CapsNetConfig().routing_iters)
     for path, inputs, outputs, shapes in [
-        (capsnet_path, contract.CAPSNET_INPUTS, contract.CAPSNET_OUTPUTS, contract.CAPSNET_SHAPES),
+        (capsnet_path, contract.CAPSNET_INPUTS, capsnet_outputs, capsnet_shapes),
         (decoder_path, contract.DECODER_INPUTS, contract.DECODER_OUTPUTS, contract.DECODER_SHAPES),
     ]:
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -44,6 +48,34 @@ def test_parity_at_batch_1_7_64(exported, mnist_fixture):
     model, capsnet_path, decoder_path = exported
     images, _ = mnist_fixture
     assert export.check_parity(model, capsnet_path, decoder_path, images) <= export.PARITY_TOL
+
+
+@pytest.mark.slow
+def test_iteration_outputs_are_the_models_own_routing(exported, mnist_fixture):
+    """The graph's routing_iterations and logit_changes are what the PyTorch model's one forward routed
+    with (model/routing.py: RoutingIterations), within the export's parity; batch 5 leaves the example's 2."""
+    model, capsnet_path, _ = exported
+    x = mnist_fixture[0][:5, None].astype(np.float32) / 255
+    sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
+    couplings, changes = sess.run(list(contract.CAPSNET_ITERATION_OUTPUTS), {contract.IMAGE: x})
+    with torch.no_grad():
+        iterations = model(torch.from_numpy(x)).iterations
+    np.testing.assert_allclose(couplings, iterations.couplings.numpy(), rtol=0, atol=export.PARITY_TOL)
+    np.testing.assert_allclose(changes, iterations.logit_changes.numpy(), rtol=0, atol=export.PARITY_TOL)
+    assert changes.shape == (5, 3) and len(np.unique(changes[:, 0])) == 5  # one mean per image
+
+
+@pytest.mark.slow
+def test_routings_without_iterations_export_only_the_contracts_outputs(tmp_path, mnist_fixture):
+    """QP routing has no iterations (one weighted sum): its graph has exactly CAPSNET_OUTPUTS, and its card
+    says so; parity holds over them."""
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(routing="qp-l2")).eval()
+    capsnet_path, decoder_path = export.export(model, tmp_path)
+    sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
+    assert tuple(o.name for o in sess.get_outputs()) == contract.CAPSNET_OUTPUTS
+    assert list(export.card_outputs(asdict(model.config))) == list(contract.CAPSNET_OUTPUTS)
+    assert export.check_parity(model, capsnet_path, decoder_path, mnist_fixture[0], batches=(3,)) <= export.PARITY_TOL
 
 
 @pytest.mark.slow
@@ -95,6 +127,8 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     assert card["misclassified"] == wrong and card["test_errors"] == len(wrong) and card["test_count"] == 200
     assert card["test_accuracy"] == pytest.approx(1 - len(wrong) / 200)
     assert card["parameters"] == 8_215_568 and card["parity_max_abs_diff"] <= export.PARITY_TOL
+    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    assert card["outputs"] == {o.name: o.shape for o in session.get_outputs()}  # the iterations' [N, 3, ...] too
     assert card["run_epochs"] == 3 and card["epochs"] == 1 and card["val_accuracy"] == 0.5
     assert card["train_config"]["epochs"] == 3 and "5,000 held-out" in card["selection"]
     serving = card[contract.SERVING]  # what the API reads (model/card.py), checked there against the graph
@@ -165,24 +199,34 @@ def test_dynamic_routing_exports_as_matmuls(exported):
 
 @pytest.mark.slow
 def test_reexport_rebuilds_the_same_function_from_the_graphs(exported, tmp_path, idx_dir):
-    """model_from_graphs recovers every weight; reexport replaces the graphs and keeps the card's figures."""
+    """model_from_graphs recovers every weight; reexport replaces the graphs and keeps the card's figures.
+    From a graph exported before the iteration outputs, it compares the outputs both have and gives the
+    new graph and its card the iteration outputs."""
     model, capsnet_path, decoder_path = exported
-    for path in (capsnet_path, decoder_path):
-        (tmp_path / path.name).write_bytes(path.read_bytes())
     card = {
         "version": "old",
         "test_accuracy": 0.5,
         "model_config": asdict(CapsNetConfig()),
         "train_config": asdict(TrainConfig(dataset="mnist")),
+        "outputs": {},
     }
-    (tmp_path / contract.MODEL_CARD).write_text(json.dumps(card))
-    rebuilt = export.model_from_graphs(tmp_path).state_dict()
+    exported_dir = tmp_path / "exported"
+    exported_dir.mkdir()
+    for path in (capsnet_path, decoder_path):
+        (exported_dir / path.name).write_bytes(path.read_bytes())
+    (exported_dir / contract.MODEL_CARD).write_text(json.dumps(card))
+    folder = without_iteration_outputs(exported_dir, tmp_path / "model")
+    rebuilt = export.model_from_graphs(folder).state_dict()
     for name, value in model.state_dict().items():
         assert torch.equal(rebuilt[name], value), name
-    new = export.reexport(tmp_path, idx_dir)
-    assert new["test_accuracy"] == 0.5 and new["version"] == export.sha256(tmp_path / contract.CAPSNET_ONNX)[:12]
+    new = export.reexport(folder, idx_dir)
+    assert new["test_accuracy"] == 0.5 and new["version"] == export.sha256(folder / contract.CAPSNET_ONNX)[:12]
     assert new["reexport"]["previous_version"] == "old" and new["reexport"]["changed_predictions"] == 0
     assert new["reexport"]["max_abs_diff_vs_previous"] <= export.PARITY_TOL
+    sess = ort.InferenceSession(str(folder / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
+    shapes = contract.capsnet_shapes(contract.IMAGE_SIZE, CapsNetConfig().routing_iters)
+    assert list(new["outputs"]) == [*contract.CAPSNET_OUTPUTS, *contract.CAPSNET_ITERATION_OUTPUTS]
+    assert new["outputs"] == {o.name: list(shapes[o.name]) for o in sess.get_outputs()}
 
 
 @pytest.mark.slow

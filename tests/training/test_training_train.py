@@ -194,9 +194,9 @@ def test_routing_runs_in_fp32_under_bf16_autocast():
     layer, u = DigitCaps(), torch.randn(8, 1152, 8) * 0.5
     for training in (True, False):  # the fused training path and the plain one of inference
         layer.train(training)
-        v, lengths, c, _ = layer(u)
+        v, lengths, c, *_ = layer(u)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            v_amp, lengths_amp, c_amp, votes = layer(u)
+            v_amp, lengths_amp, c_amp, votes, _ = layer(u)
         assert v_amp.dtype == c_amp.dtype == torch.float32 and (votes is None) == training
         torch.testing.assert_close(v_amp, v, rtol=0, atol=1e-5)
         torch.testing.assert_close(c_amp, c, rtol=0, atol=1e-5)

@@ -119,7 +119,7 @@ def pair_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Margin loss (Eq. 4) with both classes present + recon_weight x the sum-squared error of each
     digit (parts (B, 2, H, W)) reconstructed alone from its own capsule. Returns (loss, lengths)."""
-    capsules, lengths, _, _ = model.forward_features(images)
+    capsules, lengths, *_ = model.forward_features(images)
     loss = margin_loss(lengths, two_hot(labels))
     if model.decoder is not None:
         for k in range(2):
@@ -212,7 +212,7 @@ def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed:
     assert model.decoder is not None  # the MultiMNIST model is built with its decoder (main)
     model.eval()
     batch = next(iter_pairs(split, 1, seed, n))
-    capsules, lengths, _, _ = model.forward_features(batch.images)
+    capsules, lengths, *_ = model.forward_features(batch.images)
     top2 = lengths.topk(2, dim=1).indices  # (n, 2)
     recons = [model.decoder(mask_capsules(capsules, top2[:, k])) for k in range(2)]
     fig, axes = plt.subplots(2, n, figsize=(1.6 * n, 3.6))
