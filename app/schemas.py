@@ -356,6 +356,11 @@ class ModelEntry(BaseModel):
         "example of right); null for a card without the section",
         examples=[{"1": ["local: reshapes top", "shorter", "local: adds ink top", "...", "local: adds ink middle"]}],
     )
+    routing_iterations: int | None = Field(
+        description="R, when the served graph exports every routing iteration (/predict?include=iterations); "
+        "null when it does not (EM and QP routing, graphs exported before)",
+        examples=[3],
+    )
     precision: Literal["fp32", "int8"]
     provider: str = Field(examples=["CPUExecutionProvider"])
     ready: bool

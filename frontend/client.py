@@ -61,11 +61,13 @@ class ApiClient:
             raise ApiError(f"⚠️ The API failed ({response.status_code}): {detail(response)}")
         return orjson.loads(response.content)
 
-    def predict(self, png: bytes, model: str | None = None) -> dict[str, Any]:
+    def predict(self, png: bytes, model: str | None = None, iterations: bool = False) -> dict[str, Any]:
+        """POST /predict with every part of the answer (and each routing iteration's maps, if asked)."""
+        include = "capsules,reconstruction,routing" + (",iterations" if iterations else "")
         return self.call(
             "POST",
             "/predict",
-            params={**which(model), "include": "capsules,reconstruction,routing", "preprocess": "auto"},
+            params={**which(model), "include": include, "preprocess": "auto"},
             files={"file": ("image.png", png, "image/png")},
         )
 

@@ -29,7 +29,7 @@ def predict_png(client: ApiClient, tab: Tab, png: bytes | None) -> View:
     if png is None:
         return message_view(tab.view, tab.look.prompt)
     try:
-        answer = client.predict(png, tab.model)
+        answer = client.predict(png, tab.model, tab.iterations)
     except ApiError as error:
         return message_view(tab.view, str(error))
     return tab.view.of(answer, tab.classes, client.base_url)

@@ -86,6 +86,7 @@ class Tab(NamedTuple):
     view: type[View]  # one object, or a pair
     look: Look
     dimensions: dict[str, list[str]] | None = None  # per class, what each capsule dimension does (GET /models)
+    iterations: bool = False  # whether the model's answers can carry every routing iteration (GET /models)
     partner: "Tab | None" = None  # another served model of the same kind, swept beside this one (affine, mnist)
 
 
@@ -106,6 +107,7 @@ def tab_of(entry: dict[str, Any], title: str, prefix: str) -> Tab:
         view=VIEWS[entry["objects"]],
         look=LOOKS[entry["preprocessing"]],
         dimensions=entry.get("dimensions"),
+        iterations=bool(entry.get("routing_iterations")),
     )
 
 

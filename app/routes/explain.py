@@ -145,7 +145,7 @@ async def explain(
     values = sweep_values(transform, start, stop, steps)
     data = await read_image_bytes(request)
     prepared = await load_input(data, preprocess, engine, settings.max_pixels)
-    original, prepared = await read(prepared, engine)
+    original, prepared = await read(prepared, engine, iterations=False)
     chosen = int(np.argmax(original[contract.LENGTHS])) if follow is None else follow
     images = await run_in_threadpool(sweep, prepared.image, transform, values)
     outputs = await engine.predict_many(images)

@@ -33,6 +33,7 @@ def entry(engine: Engine, default: str) -> ModelEntry:
         metric=card.get("metric", "accuracy"),
         test_set=card.get("test_set", f"the {card['dataset']} test set"),
         dimensions=dimension_labels(card),
+        routing_iterations=spec.routing.iterations if engine.iteration_names else None,
         precision=engine.precision,
         provider=engine.providers[0],
         ready=engine.ready,

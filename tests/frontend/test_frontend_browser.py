@@ -193,6 +193,28 @@ def test_transform_a_drawn_digit_and_watch_its_capsule(page, made_demo_url, tmp_
     screenshot(page, tmp_path / "demo_transform.png")
 
 
+def test_step_through_the_routing_iterations(page, made_demo_url):
+    """A person picks an example and steps the routing back to its first iteration: the maps change and
+    the words say each child splits its vote evenly; back at the last, they show agreement."""
+    from playwright.sync_api import expect
+
+    open_demo(page, made_demo_url)
+    pick_example(page, "Digit", "", next(p for p in EXAMPLES if p.name.startswith("3_")))
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
+    change = page.locator("#iteration-change")
+    expect(change).to_contain_text("Iteration 3 of 3")
+    maps = page.locator("#routing img")
+    last = maps.get_attribute("src")
+    slider = page.locator("#iteration input[type=range]")
+    slider.focus()
+    page.keyboard.press("Home")
+    expect(change).to_contain_text("Iteration 1 of 3")
+    expect(change).to_contain_text("1/10")
+    expect(maps).not_to_have_attribute("src", last)
+    page.keyboard.press("End")
+    expect(change).to_contain_text("Iteration 3 of 3")
+
+
 def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
