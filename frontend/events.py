@@ -123,18 +123,19 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
     )
 
     # The Transform panel: opened, it sweeps the answer on screen (and each new one, in the follow-up); a
-    # transform picked sweeps again; the slider only redraws from the sweep it has.
+    # transform or a capsule picked sweeps again; the slider only redraws from the sweep it has.
     transform.accordion.expand(
         partial(handlers.open_transform, client, ui),
-        [ui.screen, transform.transform],
+        [ui.screen, transform.transform, panel.digit],
         [transform.open, *swept],
         **LIVE,
         **PRIVATE,
     )
     transform.accordion.collapse(partial(handlers.close_transform, ui), None, transform.open, **PRIVATE)
-    transform.transform.input(
-        partial(handlers.choose_transform, client, ui),
-        [ui.screen, transform.transform],
+    gr.on(
+        [transform.transform.input, panel.digit.input],
+        partial(handlers.choose_sweep, client, ui),
+        [ui.screen, transform.open, transform.transform, panel.digit],
         swept,
         **LIVE,
         api_name=f"{api}sweep",

@@ -183,32 +183,37 @@ def show_iteration(ui: TabUI, screen: Screen, iteration: int) -> dict:
     }
 
 
-def sweep_answer(client: ApiClient, ui: TabUI, answer: dict[str, Any] | None, transform: str) -> dict:
-    """The Transform panel for an answer: its sweep (one POST /explain per model), the slider at the
+def sweep_answer(
+    client: ApiClient, ui: TabUI, answer: dict[str, Any] | None, transform: str, digit: int | None = None
+) -> dict:
+    """The Transform panel for an answer: its sweep (one POST /explain per model) following the capsule of
+    `digit` (the one the perturbation panel decodes; the answer's by default), the slider at the
     transform's identity over its range, and the panel drawn there; blank without an answer."""
     panel = ui.transform
     slider = slider_of(transform)
     if answer is None:
         return {panel.sweep: None, panel.value: slider, **dict.fromkeys(panel.outputs.values())}
+    followed = picked(answer) if digit is None else int(digit)
     try:
-        sweep = sweeps.explain(client, ui.tab, answer, transform, picked(answer))
+        sweep = sweeps.explain(client, ui.tab, answer, transform, followed)
     except ApiError as error:
         return {panel.sweep: None, panel.value: slider, panel.status: str(error)}
     drawn = sweeps.shown(sweep, ui.tab, sweeps.SWEEPS[transform].identity)
     return {panel.sweep: sweep, panel.value: slider, **{panel.outputs[k]: v for k, v in drawn.items()}}
 
 
-def open_transform(client: ApiClient, ui: TabUI, screen: Screen, transform: str) -> dict:
+def open_transform(client: ApiClient, ui: TabUI, screen: Screen, transform: str, digit: int | None) -> dict:
     """The panel opened: it sweeps the answer on screen from now on, starting now."""
-    return {ui.transform.open: True, **sweep_answer(client, ui, screen.answer, transform)}
+    return {ui.transform.open: True, **sweep_answer(client, ui, screen.answer, transform, digit)}
 
 
 def close_transform(ui: TabUI) -> dict:
     return {ui.transform.open: False}
 
 
-def choose_transform(client: ApiClient, ui: TabUI, screen: Screen, transform: str) -> dict:
-    return sweep_answer(client, ui, screen.answer, transform)
+def choose_sweep(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, digit: int | None) -> dict:
+    """Another transform, or another capsule picked (a pair's second digit): sweep again if the panel is open."""
+    return sweep_answer(client, ui, screen.answer, transform, digit) if opened else {}
 
 
 def slide(ui: TabUI, sweep: sweeps.Sweep | None, value: float) -> dict:

@@ -7,10 +7,10 @@ import pytest
 
 from frontend import layout, plots
 from frontend.client import ApiClient
-from frontend.handlers import follow_up, label_sliders, slide, sweep_answer
+from frontend.handlers import choose_sweep, follow_up, label_sliders, slide, sweep_answer
 from frontend.screen import ANSWER, DRAWING, Screen, gated
 from frontend.sweeps import DEFAULT, SWEEPS, Sweep, explain, framed, holds, shown, step_at
-from frontend.tabs import EXAMPLES, tabs_from
+from frontend.tabs import EXAMPLES, PAIR_EXAMPLES, tabs_from
 from model.contract import CAPSULE_DIM
 
 
@@ -118,3 +118,19 @@ def test_the_sliders_say_what_each_dimension_does(uis, tabs):
     assert labels == [f"dim {d}: {words['7'][d]}" for d in range(CAPSULE_DIM)]
     assert labels != [three[slider].label for slider in ui.panel.sliders]
     assert label_sliders(ui, None) == {}
+
+
+def test_a_pairs_second_digit_can_be_followed(client, uis):
+    """MultiMNIST per object: the capsule picked in the perturbation panel (the green digit) is the one the
+    sweep follows; with the panel closed nothing is asked."""
+    ui = uis["multimnist"]
+    answer = client.predict(PAIR_EXAMPLES[0].read_bytes(), "multimnist")
+    second = int(answer["objects"][1]["digit"])
+    screen = Screen(DRAWING)
+    gated(lambda: {ui.status: "", ANSWER: answer}, DRAWING)(screen)
+    assert choose_sweep(client, ui, screen, False, "rotate", second) == {}
+    drawn = choose_sweep(client, ui, screen, True, "rotate", second)
+    sweep = drawn[ui.transform.sweep]
+    assert sweep.followed == second and [m for m, _ in sweep.answers] == ["multimnist"]
+    assert f"following the {second} capsule" in drawn[ui.transform.status]
+    assert all(len(step["capsule"]) == CAPSULE_DIM for step in sweep.answers[0][1]["steps"])
