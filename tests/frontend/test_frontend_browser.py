@@ -139,6 +139,8 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     perturbed = page.locator("#perturbed img")
     expect(perturbed).to_be_visible()
     before = perturbed.get_attribute("src")
+    # each slider says what its dimension of the 7 capsule does (the card's words, GET /models)
+    expect(page.locator("#dim-0")).to_contain_text(re.compile(r"dim 0: \w"))
     slider = page.locator("#dim-0 input[type=range]")
     slider.scroll_into_view_if_needed()
     track = slider.bounding_box()
