@@ -14,7 +14,7 @@ from app import imaging
 from app.deps import EngineDep, SettingsDep, parse_include
 from app.engine import Engine, Outputs
 from app.imaging.transform import TRANSFORMS, TransformName, sweep
-from app.routes.predict import ERRORS, REQUEST_BODY, load_input, read, read_image_bytes
+from app.routes.predict import ERRORS, REQUEST_BODY, load_input, model_info, read, read_image_bytes
 from app.schemas import (
     EXPLAIN_OPTIONS,
     MAX_SWEEP_STEPS,
@@ -87,12 +87,7 @@ def render(
         "steps": steps,
         "input": imaging.png_data_url(prepared.image),
         "warnings": prepared.warnings,
-        "model": {
-            "name": engine.name,
-            "version": engine.version,
-            "provider": engine.providers[0],
-            "precision": engine.precision,
-        },
+        "model": model_info(engine),
     }
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 

@@ -137,6 +137,16 @@ def image_field(x: np.ndarray) -> dict:
     return {"image": x, "png": imaging.png_data_url(x)}
 
 
+def model_info(engine: Engine) -> dict:
+    """Which graph answered (schemas.ModelInfo)."""
+    return {
+        "name": engine.name,
+        "version": engine.version,
+        "provider": engine.providers[0],
+        "precision": engine.precision,
+    }
+
+
 def ranked(lengths: np.ndarray) -> np.ndarray:
     """Class indices, longest capsule first (ties: the lower index, as argmax)."""
     return np.argsort(-lengths, kind="stable")
@@ -218,12 +228,7 @@ def render(
     if routing:
         body["routing"] = routing
     body["input"] = imaging.png_data_url(prepared.image)
-    body["model"] = {
-        "name": engine.name,
-        "version": engine.version,
-        "provider": engine.providers[0],
-        "precision": engine.precision,
-    }
+    body["model"] = model_info(engine)
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
