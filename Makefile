@@ -7,7 +7,7 @@ EPOCHS  ?= 10
 API_PORT ?= 8000
 DEMO_PORT ?= 7860
 
-.PHONY: install lint test demo serve train export fetch bench docker-smoke clean
+.PHONY: install install-ray lint test demo serve train export fetch bench docker-smoke clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,6 +16,9 @@ $(BIN)/python:
 	$(BIN)/pip install -q -e '.[serve,train,demo,dev]'
 
 install: $(BIN)/python
+
+install-ray: $(BIN)/python     ## the ray extra (Ray Serve: app/ray_serve.py, its test and benchmark); CI installs it
+	$(BIN)/pip install -q -e '.[ray]'
 
 lint: $(BIN)/python            ## ruff (lint, then format --check) and mypy: what .ci/run and pre-commit run
 	$(BIN)/ruff check .
