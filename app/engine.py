@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from app import memory
 from app.batcher import DynamicBatcher
 from app.metrics import EngineMetrics
 from app.settings import Settings
@@ -127,10 +128,11 @@ class Engine:
         self.spec = read_serving(self.card, f"{self.directory} (model {name})")
         self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
         first = self._providers[0] if isinstance(self._providers[0], str) else self._providers[0][0]
+        self._on_cpu = first == "CPUExecutionProvider"
         self.precision = choose_precision(
             settings.precision,
             self.card,
-            first == "CPUExecutionProvider",
+            self._on_cpu,
             (self.directory / contract.CAPSNET_INT8_ONNX).is_file(),
         )
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
@@ -139,6 +141,8 @@ class Engine:
         self.decoder = self._session(contract.DECODER_ONNX)
         self._check_contract()
         self.output_names = list(contract.CAPSNET_OUTPUTS)
+        # images per session.run: bounded on the CPU (app/memory.py), the whole batch on a GPU
+        self.run_rows = memory.rows_per_run(self.spec.primary_capsules.count) if self._on_cpu else None
         self.providers = self.capsnet.get_providers()
         log.info(
             "model %s %s (%s) loaded from %s; execution providers in use: %s",
@@ -187,6 +191,8 @@ class Engine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.settings.intra_op_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
+        if self._on_cpu:
+            memory.configure(options)
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
     def _check_contract(self) -> None:
@@ -227,7 +233,9 @@ class Engine:
 
     # --- running ---------------------------------------------------------------------------------
     def _run_capsnet(self, images: np.ndarray) -> list[np.ndarray]:
-        return self.capsnet.run(self.output_names, {contract.IMAGE: images})
+        """The graph's outputs for images (n, 1, size, size), at most run_rows images a run."""
+        rows = self.run_rows or len(images)
+        return memory.in_slices(lambda x: self.capsnet.run(self.output_names, {contract.IMAGE: x}), images, rows)
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
@@ -272,6 +280,7 @@ class Engine:
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32))
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
+        memory.release_freed_heap()
         self.ready, self.state = True, "ready"
         log.info("model %s: warm-up done; ready on %s", self.name, self.providers)
 
