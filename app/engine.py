@@ -123,7 +123,7 @@ class Engine:
     """
 
     def __init__(self, name: str, directory: Path, settings: Settings, metrics: EngineMetrics | None = None):
-        self.name, self.directory, self.settings = name, Path(directory), settings
+        self.name, self.directory, self.settings, self.metrics = name, Path(directory), settings, metrics
         self.card = json.loads((self.directory / contract.MODEL_CARD).read_text())
         self.spec = read_serving(self.card, f"{self.directory} (model {name})")
         self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
@@ -189,7 +189,7 @@ class Engine:
 
     def _session(self, filename: str) -> ort.InferenceSession:
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.settings.intra_op_threads
+        options.intra_op_num_threads = self.settings.session_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
         if self._on_cpu:
             memory.configure(options)
@@ -282,6 +282,8 @@ class Engine:
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         memory.release_freed_heap()
         self.ready, self.state = True, "ready"
+        if self.metrics:
+            self.metrics.model_ready.labels(self.name).set(1)
         log.info("model %s: warm-up done; ready on %s", self.name, self.providers)
 
     def start(self) -> None:
