@@ -11,13 +11,16 @@ mode, its files in a temporary folder that the parent makes and removes (app/met
 SIGTERM (or SIGINT) to the parent: it shuts the listening socket for every worker at once (a new
 connection is refused, never handed to a worker about to stop) and sends SIGTERM to each worker, which
 answers its requests in flight (up to CAPSNET_SHUTDOWN_TIMEOUT_S), closes its idle connections and exits;
-then the parent exits 0.
+then the parent exits 0. A parent killed outright takes its workers with it (they get SIGTERM).
 """
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -36,6 +39,7 @@ from app.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's variable, read in each worker
+PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for this process when its parent dies
 
 
 def configure_logging(settings: Settings) -> None:
@@ -69,10 +73,18 @@ def check_models_apart(settings: Settings) -> None:
             raise ModelLoadError(f"the models: the process that checked them died ({exc})") from exc
 
 
+def stop_with_the_parent() -> None:
+    """Have Linux send this worker SIGTERM when the supervisor dies, so that a supervisor killed outright
+    (SIGKILL, the OOM killer) leaves no worker behind holding the port; nothing elsewhere."""
+    if sys.platform == "linux":
+        ctypes.CDLL(ctypes.util.find_library("c")).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def create_worker_app() -> FastAPI:
     """In a worker: the app on the CAPSNET_* settings with every model loaded and warmed up (uvicorn's app
     factory, `app.workers:create_worker_app`). A model that cannot load or run ends the worker with
     uvicorn's start-up failure status, after one line naming it; the supervisor then stops the server."""
+    stop_with_the_parent()
     settings = get_settings()
     configure_logging(settings)
     app = create_app(settings)

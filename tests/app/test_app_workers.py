@@ -122,6 +122,18 @@ def test_two_workers_share_the_load_survive_a_kill_and_stop_gracefully(tmp_path)
     assert not [pid for pid in first | replaced if os.path.exists(f"/proc/{pid}")], "a worker outlived the server"
 
 
+def test_workers_stop_when_their_supervisor_is_killed():
+    """SIGKILL to the parent (the OOM killer, say): its workers get SIGTERM and go, the port with them."""
+    port = free_port()
+    server = start_api(port, ENV, timeout=120)
+    try:
+        workers = wait_for(lambda: two_workers(f"http://127.0.0.1:{port}"))
+    finally:
+        server.kill()
+        server.wait(30)
+    wait_for(lambda: not [pid for pid in workers if os.path.exists(f"/proc/{pid}")], timeout=30)
+
+
 def test_a_worker_that_cannot_load_stops_the_server(tmp_path):
     """A graph that runs one image (the parent's check passes) but not the warm-up's batch: the workers fail,
     and the server exits 1 with one line instead of starting workers again and again."""
