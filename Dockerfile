@@ -49,7 +49,7 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
 STOPSIGNAL SIGINT
 CMD ["python", "-m", "frontend"]
 
-# ---- api: uvicorn as PID 1 (`python -m app` runs uvicorn.Server in-process: SIGTERM -> graceful stop) --
+# ---- api: uvicorn as PID 1 (`python -m app`: the server, or with several workers their supervisor) -----
 FROM builder AS builder-api
 # onnxruntime-gpu[cuda,cudnn] (about 3 GB with CUDA and cuDNN) or onnxruntime (CPU only)
 ARG ORT_PACKAGE="onnxruntime-gpu[cuda,cudnn]"
@@ -66,7 +66,8 @@ COPY model/__init__.py model/contract.py model/card.py ./model/
 COPY models/ ./models/
 COPY app/ ./app/
 # every CAPSNET_* setting of app/settings.py can be given with `docker run -e` or in compose;
-# one process per container (one engine and its batchers per model): scale out with more containers
+# CAPSNET_WORKERS worker processes (default: from the cores the container may use, its --cpus quota
+# included), each with every model; scale out further with more containers
 ENV CAPSNET_HOST=0.0.0.0 CAPSNET_PORT=8000
 USER 10001:10001
 EXPOSE 8000

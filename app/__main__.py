@@ -1,8 +1,9 @@
-"""$ python -m app: serve with uvicorn on the CAPSNET_ settings (host, port, log_level, ...).
+"""$ python -m app: serve with uvicorn on the CAPSNET_ settings (host, port, workers, log_level, ...).
 
 Every configured model (CAPSNET_MODELS) is loaded and warmed up before the server opens its port: a
 model that cannot load or run ends the process with exit status 1 and one line naming it and saying
-why, for an orchestrator to see."""
+why, for an orchestrator to see. One worker (CAPSNET_WORKERS=1) serves from this process; several are
+uvicorn's worker processes under this one (app/workers.py)."""
 
 import logging
 import sys
@@ -10,24 +11,22 @@ import sys
 import uvicorn
 from pydantic import ValidationError
 
-from app.engine import Engines
+from app.engine import Engines, ModelLoadError
 from app.main import create_app
-from app.settings import get_settings
+from app.settings import Settings, get_settings
+from app.workers import configure_logging, serve_workers
 
 
-def main() -> None:
-    try:
-        settings = get_settings()
-    except ValidationError as exc:
-        sys.exit(f"bad CAPSNET_* settings:\n{exc}")
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def serve_one(settings: Settings) -> None:
+    """Load and warm up every model, then serve from this process until SIGTERM or SIGINT.
+
+    Raises:
+        ModelLoadError naming a model that cannot load or run.
+    """
     app = create_app(settings)
-    try:
-        app.state.preloaded = Engines(settings, app.state.metrics)
-        app.state.preloaded.warm_up()
-    except Exception as exc:  # a model that cannot load or run: name it, say why in one line, exit non-zero
-        sys.exit(f"cannot serve {' '.join(str(exc).split())}")
-    # one process, one engine per model: concurrency comes from the event loop and the batchers, not workers
+    app.state.preloaded = Engines(settings, app.state.metrics)
+    app.state.preloaded.warm_up()
+    # one process, one engine per model: concurrency comes from the event loop and the batchers
     uvicorn.run(
         app,
         host=settings.host,
@@ -37,6 +36,22 @@ def main() -> None:
         timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
         timeout_keep_alive=settings.keep_alive_s,
     )
+
+
+def main() -> None:
+    try:
+        settings = get_settings()
+    except ValidationError as exc:
+        sys.exit(f"bad CAPSNET_* settings:\n{exc}")
+    configure_logging(settings)
+    logging.getLogger(__name__).info("serving with %d worker process(es)", settings.workers)
+    try:
+        if settings.workers == 1:
+            serve_one(settings)
+        else:
+            serve_workers(settings)
+    except ModelLoadError as exc:  # a model that cannot load or run: name it, say why in one line, exit non-zero
+        sys.exit(f"cannot serve {' '.join(str(exc).split())}")
 
 
 if __name__ == "__main__":

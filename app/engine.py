@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from app import memory
 from app.batcher import DynamicBatcher
 from app.metrics import EngineMetrics
 from app.settings import Settings
@@ -136,15 +137,16 @@ class Engine:
     """
 
     def __init__(self, name: str, directory: Path, settings: Settings, metrics: EngineMetrics | None = None):
-        self.name, self.directory, self.settings = name, Path(directory), settings
+        self.name, self.directory, self.settings, self.metrics = name, Path(directory), settings, metrics
         self.card = json.loads((self.directory / contract.MODEL_CARD).read_text())
         self.spec = read_serving(self.card, f"{self.directory} (model {name})")
         self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
         first = self._providers[0] if isinstance(self._providers[0], str) else self._providers[0][0]
+        self._on_cpu = first == "CPUExecutionProvider"
         self.precision = choose_precision(
             settings.precision,
             self.card,
-            first == "CPUExecutionProvider",
+            self._on_cpu,
             (self.directory / contract.CAPSNET_INT8_ONNX).is_file(),
         )
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
@@ -154,6 +156,8 @@ class Engine:
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
         self.output_names = list(contract.CAPSNET_OUTPUTS)  # what a plain request fetches
         self.every_output = self.output_names + self.iteration_names
+        # images per session.run: bounded on the CPU (app/memory.py), the whole batch on a GPU
+        self.run_rows = memory.rows_per_run(self.spec.primary_capsules.count) if self._on_cpu else None
         self.providers = self.capsnet.get_providers()
         log.info(
             "model %s %s (%s) loaded from %s; execution providers in use: %s",
@@ -209,8 +213,10 @@ class Engine:
 
     def _session(self, filename: str) -> ort.InferenceSession:
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.settings.intra_op_threads
+        options.intra_op_num_threads = self.settings.session_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
+        if self._on_cpu:
+            memory.configure(options)
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
     def _check_contract(self) -> list[str]:
@@ -263,7 +269,9 @@ class Engine:
 
     # --- running ---------------------------------------------------------------------------------
     def _run_capsnet(self, images: np.ndarray, names: list[str]) -> list[np.ndarray]:
-        return self.capsnet.run(names, {contract.IMAGE: images})
+        """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run."""
+        rows = self.run_rows or len(images)
+        return memory.in_slices(lambda x: self.capsnet.run(names, {contract.IMAGE: x}), images, rows)
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
@@ -324,7 +332,10 @@ class Engine:
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
+        memory.release_freed_heap()
         self.ready, self.state = True, "ready"
+        if self.metrics:
+            self.metrics.model_ready.labels(self.name).set(1)
         log.info("model %s: warm-up done; ready on %s", self.name, self.providers)
 
     def start(self) -> None:

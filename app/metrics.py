@@ -1,7 +1,10 @@
 """Prometheus metrics: HTTP metrics from prometheus-fastapi-instrumentator plus the engine's own.
 
 Each app gets its own CollectorRegistry, so several apps (tests, the benchmark) can live in one
-process without "duplicated timeseries" errors.
+process without "duplicated timeseries" errors. With several workers (CAPSNET_WORKERS, app/workers.py)
+prometheus_client runs in multiprocess mode: each worker writes its values to files in
+PROMETHEUS_MULTIPROC_DIR and GET /metrics, answered by any worker, adds up every worker's files
+(the process, platform and GC collectors are then left out, as prometheus_client does there).
 """
 
 from fastapi import FastAPI
@@ -37,7 +40,18 @@ class EngineMetrics:
         self.queue_seconds = Histogram(
             "capsnet_queue_seconds", "Time a request waited for its batch", buckets=SECONDS_BUCKETS, registry=registry
         )
-        self.queue_depth = Gauge("capsnet_queue_depth", "Requests waiting for the batcher", registry=registry)
+        # every worker's queue together; a dead worker's value goes with it (app/workers.py marks it dead)
+        self.queue_depth = Gauge(
+            "capsnet_queue_depth", "Requests waiting for the batcher", registry=registry, multiprocess_mode="livesum"
+        )
+        # one sample per live worker (labelled pid with several workers)
+        self.model_ready = Gauge(
+            "capsnet_model_ready",
+            "1 once the model is loaded and warmed up in this worker",
+            ["model"],
+            registry=registry,
+            multiprocess_mode="liveall",
+        )
 
 
 def setup_metrics(app: FastAPI) -> EngineMetrics:

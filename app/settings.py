@@ -6,6 +6,8 @@ CAPSNET_CORS_ORIGINS='["http://localhost:7860"]'. Bad values stop start-up with 
 """
 
 import json
+import math
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -18,6 +20,21 @@ from model import contract
 
 DEFAULT_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 MB = 1024 * 1024
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (docker --cpus)
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a cpuset), capped by a cgroup v2 CPU
+    quota rounded up (`docker run --cpus 2.5` gives 3). The default number of workers: most of a request's
+    CPU time is a worker's Python (HTTP, preprocessing, the answer), which uses about one core at most, so
+    one worker per core (README "Workers": on a 2-core machine two answered 1.2x to 1.8x the requests of
+    one at 64 clients)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else max(1, min(cores, math.ceil(int(quota) / int(period))))
 
 
 def _split_list(value):
@@ -46,7 +63,12 @@ class Settings(BaseSettings):
     # fp32: capsnet.onnx; int8: capsnet.int8.onnx (tools/quantize.py); auto: int8 when the model runs
     # on the CPU and its card ships the int8 graph (as accurate to 0.05 points, and faster), else fp32
     precision: Literal["auto", "fp32", "int8"] = "auto"
-    intra_op_threads: int = Field(default=0, ge=0, description="ONNX Runtime intra-op threads; 0 = its default")
+    intra_op_threads: int = Field(
+        default=0,
+        ge=0,
+        description="ONNX Runtime intra-op threads per session; 0 = its default with one worker, "
+        "else the available cores divided between the workers",
+    )
     # ORT's CPU threads busy-wait between runs by default; in a server they would starve the event
     # loop and the image decoding threads of the same cores, so they sleep unless this is set
     intra_op_spinning: bool = False
@@ -65,6 +87,12 @@ class Settings(BaseSettings):
     max_pixels: int = Field(default=40_000_000, ge=1024)
     max_reconstruct_batch: int = Field(default=256, ge=1, le=4096)
     # --- HTTP server -----------------------------------------------------------------------------
+    workers: int = Field(
+        default_factory=available_cores,
+        ge=1,
+        le=256,
+        description="server processes, each with its own engines and batchers (default: one per available core)",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"  # 0.0.0.0 in a container
     port: int = Field(default=8000, ge=1, le=65535)
@@ -100,6 +128,14 @@ class Settings(BaseSettings):
     def model_dirs(self) -> dict[str, Path]:
         """Served model name -> its folder, in the order of `models`."""
         return dict(contract.model_folder(entry) for entry in self.models)
+
+    @property
+    def session_threads(self) -> int:
+        """Intra-op threads of each ONNX Runtime session: intra_op_threads when set; else ONNX Runtime's
+        default (0) in one process, and the available cores divided between the workers in several."""
+        if self.intra_op_threads or self.workers == 1:
+            return self.intra_op_threads
+        return max(1, available_cores() // self.workers)
 
     @model_validator(mode="after")
     def _model_files_exist(self) -> "Settings":

@@ -1,11 +1,14 @@
 """What the benchmarks and the tests share to run the service as a user does: a free port, the API
-started as its own process and waited for, an image as PNG bytes, an upload's multipart body, and the
-machine in words. Written once here; nothing in it imports torch or the app.
+started as its own process and waited for, an image as PNG bytes, an upload's multipart body, the
+machine in words, and, for several workers, hey's answers and errors, the workers that /metrics lists
+and a process's CPU time and connections. Written once here; nothing in it imports torch or the app.
 """
 
+import contextlib
 import io
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -38,11 +41,14 @@ def ready(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def start_api(port: int, env: dict[str, str] | None = None, timeout: float = 180.0) -> subprocess.Popen:
-    """`python -m app` on 127.0.0.1:port (CAPSNET_* settings from env), returned once /ready answers;
-    a RuntimeError that says why if it stops or is not ready within timeout seconds."""
+def start_api(
+    port: int, env: dict[str, str] | None = None, timeout: float = 180.0, cpus: set[int] | None = None
+) -> subprocess.Popen:
+    """`python -m app` on 127.0.0.1:port (CAPSNET_* settings from env; on `cpus` when given), returned once
+    /ready answers; a RuntimeError that says why if it stops or is not ready within timeout seconds."""
     env = {**os.environ, "CAPSNET_PORT": str(port), "CAPSNET_LOG_LEVEL": "warning", **(env or {})}
-    server = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env)
+    pin = None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
+    server = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env, preexec_fn=pin)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -95,3 +101,50 @@ def machine() -> str:
     except (OSError, subprocess.TimeoutExpired):
         gpu = ""
     return f"{gpu} + {cpu} x{os.cpu_count()}" if gpu else f"{cpu} x{os.cpu_count()}"
+
+
+def hey_outcomes(
+    url: str, body: Path, clients: int, seconds: float, keep_alive: bool = True
+) -> tuple[dict[int, int], dict[str, int]]:
+    """`hey` posting the multipart `body` to url from `clients` clients for `seconds` (a new connection for
+    every request unless keep_alive): the answers by status and the requests that got none by hey's error
+    (`... connect: connection refused`, `... EOF`)."""
+    command = ["hey", "-z", f"{seconds}s", "-c", str(clients), "-m", "POST", "-D", str(body), "-T", MULTIPART]
+    command += [url] if keep_alive else ["-disable-keepalive", url]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    statuses = {int(code): int(n) for code, n in re.findall(r"^\s+\[(\d{3})\]\s+(\d+) responses$", out, re.M)}
+    failures = out.split("Error distribution:", 1)[1] if "Error distribution:" in out else ""
+    errors = {error.strip(): int(n) for n, error in re.findall(r"^\s+\[(\d+)\]\s+(.+)$", failures, re.M)}
+    return statuses, errors
+
+
+def workers_ready(url: str) -> set[int]:
+    """The worker processes whose models are all warm, from GET /metrics (capsnet_model_ready's pid labels,
+    there when the API runs several workers)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    ready = [s for s in samples if s.name == "capsnet_model_ready" and "pid" in s.labels]
+    pids = {int(s.labels["pid"]) for s in ready}
+    return {pid for pid in pids if all(s.value == 1 for s in ready if int(s.labels["pid"]) == pid)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def connections(pid: int, port: int) -> int:
+    """TCP connections to 127.0.0.1:port that process pid holds open, established (/proc/net/tcp)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    rows = [line.split() for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]]
+    established = "01"
+    return sum(1 for r in rows if int(r[1].split(":")[1], 16) == port and r[3] == established and r[9] in inodes)

@@ -1,9 +1,10 @@
 """Reliability: the real server under sustained load, its memory over many requests, and SIGTERM under load.
 
-$ python -m benchmarks.reliability                                    # the issue's counts (about 10 min on 2 cores)
+$ python -m benchmarks.reliability                                    # the issue's counts (about 11 min on 2 cores)
 $ python -m benchmarks.reliability --requests 2000 --soak 5000        # quicker
 
-Starts `python -m app` (CPU provider, a free port) and, as clients on loopback, measures:
+Starts `python -m app` (CPU provider, one process: CAPSNET_WORKERS=1, a free port) and, as clients on
+loopback, measures:
 - load: `requests` POST /predict (full answer) from `clients` concurrent clients: answers by status,
   client-side failures by exception type, p50/p99 latency;
 - soak: the server's resident memory (VmRSS) after a warm-up and after `soak` more requests from 8 clients;
@@ -11,25 +12,45 @@ Starts `python -m app` (CPU provider, a free port) and, as clients on loopback, 
   is classed as answered (any HTTP status), refused before it was sent (connection refused: the
   server had stopped accepting), or accepted but unanswered (sent, then the connection dropped): the
   last is the number that must be 0 for a graceful shutdown.
+- workers: `python -m app` with CAPSNET_WORKERS=2 and every model: each worker's resident memory once
+  ready and after `hey` loads every model at once, and the parent's; then, counted by hey, /predict under
+  load while the busier worker is killed (SIGKILL: the requests lost beside the connections it held,
+  how long until its replacement is ready) and while the parent gets SIGTERM (answered, refused, reset).
 Writes benchmarks/results/reliability.json. A benchmark, not a test.
 """
 
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import signal
+import sys
+import tempfile
+import threading
 import time
+import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from benchmarks.harness import free_port, machine, start_api
+from benchmarks.harness import (
+    connections,
+    free_port,
+    hey_outcomes,
+    machine,
+    multipart,
+    start_api,
+    workers_ready,
+)
 from benchmarks.serve_bench import digit_png
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "reliability.json"
+ONE_PROCESS = {"CAPSNET_PROVIDERS": "CPUExecutionProvider", "CAPSNET_WORKERS": "1"}
 
 
 def rss_mb(pid: int) -> float:
@@ -103,7 +124,7 @@ def soak(url: str, body: bytes, pid: int, requests: int) -> dict:
 
 def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> dict:
     port = free_port()
-    server = start_api(port, {"CAPSNET_PROVIDERS": "CPUExecutionProvider"}, timeout=120)
+    server = start_api(port, ONE_PROCESS, timeout=120)
 
     async def scenario():
         asyncio.get_running_loop().call_later(after_s, server.send_signal, signal.SIGTERM)
@@ -123,16 +144,94 @@ def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> 
     }
 
 
+def wait_for_workers(url: str, count: int, gone: int = 0, timeout: float = 180.0) -> set[int]:
+    """The ready workers' PIDs once there are `count` of them and `gone` is not among them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = workers_ready(url)
+        if len(pids) == count and gone not in pids:
+            return pids
+        time.sleep(0.2)
+    raise RuntimeError(f"{count} workers were not ready within {timeout:.0f} s")
+
+
+def outcomes(statuses: dict[int, int], errors: dict[str, int]) -> dict:
+    """hey's counts classed: answered (by status), refused before sending, and sent but left without an answer."""
+    refused = sum(n for error, n in errors.items() if "connection refused" in error)
+    return {
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "refused_before_sending": refused,
+        "sent_unanswered": sum(errors.values()) - refused,
+        "errors": {error.split(": ", 1)[-1]: n for error, n in errors.items() if "connection refused" not in error},
+    }
+
+
+def every_model_at_once(url: str, body: Path, clients: int, seconds: float) -> list[dict]:
+    """hey on /predict of every served model at the same time, `clients` connections each."""
+    with urllib.request.urlopen(f"{url}/models", timeout=10) as response:
+        names = [m["name"] for m in json.loads(response.read())["models"]]
+    with ThreadPoolExecutor(len(names)) as pool:
+        runs = list(pool.map(lambda n: hey_outcomes(f"{url}/predict?model={n}", body, clients, seconds), names))
+    return [{"model": n, **outcomes(*run)} for n, run in zip(names, runs, strict=True)]
+
+
+def killed_under_load(url: str, body: Path, port: int, workers: set[int], clients: int, seconds: float) -> dict:
+    """hey on /predict for `seconds`; a third of the way, the worker holding more connections gets SIGKILL.
+    What hey counts, the connections that worker held (at most one request in flight each) and how long
+    its replacement took to be ready."""
+    held: dict[int, int] = {}
+    replaced_after: list[float] = []
+
+    def kill_the_busier() -> None:
+        held.update({pid: connections(pid, port) for pid in workers})
+        victim, killed = max(held, key=held.__getitem__), time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        wait_for_workers(url, len(workers), gone=victim)
+        replaced_after.append(time.monotonic() - killed)
+
+    killer = threading.Timer(seconds / 3, kill_the_busier)
+    killer.start()
+    counted = outcomes(*hey_outcomes(f"{url}/predict", body, clients, seconds))
+    killer.join()
+    return {"connections_held": max(held.values()), **counted, "replaced_after_s": round(replaced_after[0], 1)}
+
+
+def workers_under_load(body: Path, workers: int = 2, clients: int = 64, seconds: float = 6.0) -> dict:
+    """The workers' memory, a worker killed under load and SIGTERM under load, counted by hey (module doc)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {"CAPSNET_PROVIDERS": "CPUExecutionProvider", "CAPSNET_WORKERS": str(workers)}
+    server = start_api(port, env, timeout=180)
+    try:
+        first = wait_for_workers(url, workers)
+        report: dict = {"workers": workers, "clients": clients, "rss_mb_ready": [round(rss_mb(p)) for p in first]}
+        report["every_model_at_once"] = every_model_at_once(url, body, clients // 4, seconds)
+        report["rss_mb_after_load"] = [round(rss_mb(p)) for p in first]
+        report["parent_rss_mb"] = round(rss_mb(server.pid))
+        report["kill"] = killed_under_load(url, body, port, first, clients, seconds)
+        threading.Timer(seconds / 3, server.send_signal, [signal.SIGTERM]).start()
+        stopped = outcomes(*hey_outcomes(f"{url}/predict", body, clients, seconds))
+        report["sigterm"] = {"after_s": round(seconds / 3, 1), **stopped, "exit_status": server.wait(60)}
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(30)
+    return report
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=10_000, help="requests of the load phase")
     p.add_argument("--clients", type=int, default=64, help="concurrent clients of the load phase")
     p.add_argument("--soak", type=int, default=50_000, help="requests between the two RSS readings")
+    p.add_argument("--workers-seconds", type=float, default=6.0, help="each hey load of the workers phase")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
+    if shutil.which("hey") is None:
+        sys.exit("reliability's workers phase needs the load generator hey: apt-get install hey")
     body = digit_png()
     port = free_port()
-    server = start_api(port, {"CAPSNET_PROVIDERS": "CPUExecutionProvider"}, timeout=120)
+    server = start_api(port, ONE_PROCESS, timeout=120)
     url = f"http://127.0.0.1:{port}"
     try:
         report = {
@@ -148,6 +247,11 @@ def main(argv=None) -> dict:
         server.wait(60)
     report["sigterm"] = sigterm_under_load(body)
     print(json.dumps(report["sigterm"]), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        upload = Path(tmp) / "body"
+        upload.write_bytes(multipart(body))
+        report["workers"] = workers_under_load(upload, clients=args.clients, seconds=args.workers_seconds)
+    print(json.dumps(report["workers"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -1,7 +1,7 @@
 """Serving benchmark: /predict latency and throughput beside the bare model and the HTTP ceiling.
 
 $ python -m benchmarks.serve_bench                       # CPU or GPU, whatever CAPSNET_PROVIDERS gives
-$ python -m benchmarks.serve_bench --seconds 2 --clients 1,8
+$ python -m benchmarks.serve_bench --seconds 2 --clients 1,8 --workers 1,2,4
 
 Starts its own servers on 127.0.0.1 (the default model, mnist; batching on: max_batch 64; off:
 max_batch 1), each with two extra routes: a no-op that parses the same multipart body and answers a
@@ -11,11 +11,13 @@ package; a Go load generator: a Python client on the same cores measured itself,
 saw 5.8). For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
 of /predict (the full answer; include= with the default preprocessing and with preprocess=none), of
 the no-op and of GET /health; then the same digit through the fifteen-line template a user would
-write (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), the baseline. Where the
-machine has four cores or more, the server is pinned to the first half of them (ONNX Runtime gets
-that many threads) and this process, the load generator, to the rest, so that the two do not take
-each other's cores; on fewer, both share them all (see split_cpus). Writes benchmarks/results/serve_bench.json
-and .md. Not a test.
+write (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), the baseline. Last, the
+real `python -m app` (mnist) with 1, 2, ... worker processes (CAPSNET_WORKERS, its default threads),
+all running at once and loaded in turn, /predict with the full answer at the most clients, beside the
+bare model's batch-64 images/s. Where the machine has four cores or more, the servers are pinned to the
+first half of them (ONNX Runtime gets that many threads) and this process, the load generator, to the
+rest, so that the two do not take each other's cores; on fewer, both share them all (see split_cpus).
+Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 
 import argparse
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import MULTIPART, encode, machine, multipart
+from benchmarks.harness import MULTIPART, encode, free_port, machine, multipart, start_api, workers_ready
 from model import contract
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +48,7 @@ SECONDS = 4.0  # per measurement
 WARMUP_REQUESTS = 20
 BARE_REPEATS = (200, 10)  # session.run repeats at batch 1 and at BATCH
 BATCH = 64
+ROUNDS = 3  # turns of the worker-count rows
 RESULTS = REPO / "benchmarks" / "results"
 NOOP = "/_bench/noop"
 BARE = "/_bench/bare"
@@ -250,6 +253,38 @@ def bench_server(
     return rows, providers, precision, bare
 
 
+def bench_workers(
+    workers_list, clients: int, seconds: float, body: Path, server_cpus: set[int], rounds: int = ROUNDS
+) -> list[dict]:
+    """`python -m app` serving mnist with each number of workers, all started at once on the server's cores,
+    then loaded in turn, `rounds` times each (other work on a shared machine then weighs on each alike):
+    /predict with the full answer from `clients` clients; per row the round of median req/s."""
+    servers = {}
+    try:
+        for workers in workers_list:
+            port = free_port()
+            env = {"CAPSNET_MODELS": "mnist", "CAPSNET_WORKERS": str(workers)}
+            servers[workers] = (start_api(port, env, cpus=server_cpus), f"http://{HOST}:{port}")
+            while workers > 1 and len(workers_ready(servers[workers][1])) < workers:
+                time.sleep(0.2)
+            hey(f"{servers[workers][1]}/predict", body, clients, 0.5)  # warm-up
+        results: dict[int, list[dict]] = {workers: [] for workers in workers_list}
+        for _ in range(rounds):
+            for workers, (_, base) in servers.items():
+                results[workers].append(hey(f"{base}/predict", body, clients, seconds))
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(60)
+    rows = []
+    for workers, runs in results.items():
+        median = sorted(runs, key=lambda run: run["rps"])[len(runs) // 2]
+        row = {"workers": workers, "endpoint": "/predict", "include": "all", "clients": clients, **median}
+        rows.append({**row, "rps_rounds": [run["rps"] for run in runs]})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def bare_session_run(base: str) -> dict:
     """The engine's session.run alone, timed in the server process while it idles (all outputs, as /predict)."""
     out = {}
@@ -279,6 +314,21 @@ def markdown(report: dict) -> str:
             f"| {r['batching']} | {r['endpoint']} | {r['include']} | {r['clients']} | {r['requests']} | "
             f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} |"
         )
+    images_per_s = bare[f"batch_{BATCH}_images_per_s"]
+    lines += [
+        "",
+        f"`python -m app` with several worker processes (mnist, the full answer), beside the bare model's "
+        f"{images_per_s} images/s at batch {BATCH}:",
+        "",
+        "| workers | clients | requests | p50 ms | p99 ms | req/s (each round) | req/s / bare images/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["workers"]:
+        rounds = ", ".join(map(str, r["rps_rounds"]))
+        lines.append(
+            f"| {r['workers']} | {r['clients']} | {r['requests']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} "
+            f"({rounds}) | {round(r['rps'] / images_per_s, 3)} |"
+        )
     lines += ["", "Targets:"] + [f"- {name}: {value}" for name, value in report["targets"].items()]
     return "\n".join(lines) + "\n"
 
@@ -291,7 +341,7 @@ def write_report(out: Path, report: dict, text: str) -> None:
     print(text)
 
 
-def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
+def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> dict:
     def row(batching, endpoint, include, clients):
         return next(
             r
@@ -322,6 +372,9 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool) -> dict:
     out[f"/predict?include= req/s at {top} clients / the template's (target > 1)"] = round(
         row("on", "/predict", "none", top)["rps"] / template[1], 2
     )
+    for r in workers:
+        name = f"/predict req/s at {r['clients']} clients, {r['workers']} worker(s) / bare batch-{BATCH} images/s"
+        out[f"{name} (target >= 0.5)"] = round(r["rps"] / bare[f"batch_{BATCH}_images_per_s"], 3)
     if on_gpu:
         out["/predict p50 at 1 client (GPU target < 3 ms)"] = one
     return out
@@ -333,6 +386,7 @@ def main(argv=None) -> dict:
     p.add_argument("--cores", help=argparse.SUPPRESS)  # the server's, with --serve
     p.add_argument("--seconds", type=float, default=SECONDS)
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)))
+    p.add_argument("--workers", default="1,2", help="worker processes of the `python -m app` rows, comma list")
     p.add_argument("--out", type=Path, default=RESULTS / "serve_bench.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
     if args.serve is not None:
@@ -352,6 +406,8 @@ def main(argv=None) -> dict:
             server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body, server_cpus)
             rows, bares = rows + server_rows, [*bares, bare]
         rows += bench_template(clients, args.seconds, body, server_cpus)
+        workers = [int(w) for w in args.workers.split(",")]
+        worker_rows = bench_workers(workers, max(clients), args.seconds, body, server_cpus)
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
     report = {
@@ -366,7 +422,8 @@ def main(argv=None) -> dict:
         "seconds": args.seconds,
         "bare_session_run": bare,
         "rows": rows,
-        "targets": targets(rows, bare, on_gpu),
+        "workers": worker_rows,
+        "targets": targets(rows, bare, on_gpu, worker_rows),
     }
     write_report(args.out, report, markdown(report))
     return report

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from app import engine as engine_module
+from app import settings as settings_module
 from app.deps import get_engines
 from app.engine import Engine, Engines
 from app.main import create_app
@@ -101,6 +102,25 @@ def test_env_settings(monkeypatch):
     assert s.default_model == "multimnist"  # mnist is not served: the first one
 
 
+def test_workers_default_to_the_cores_and_divide_the_threads(monkeypatch, tmp_path):
+    """CAPSNET_WORKERS defaults to one worker per available core (a cgroup quota caps them); without
+    CAPSNET_INTRA_OP_THREADS each worker's sessions get the cores divided between the workers, and one
+    worker keeps ONNX Runtime's own default."""
+    monkeypatch.delenv("CAPSNET_WORKERS", raising=False)
+    monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "none")
+    assert settings_module.available_cores() == Settings().workers == 16
+    assert Settings(workers=4).session_threads == 4
+    (tmp_path / "cpu.max").write_text("250000 100000\n")  # docker run --cpus 2.5
+    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    assert settings_module.available_cores() == Settings().workers == 3
+    assert Settings(workers=3).session_threads == 1 and Settings(workers=1).session_threads == 0
+    assert Settings(workers=3, intra_op_threads=4).session_threads == 4
+    monkeypatch.setenv("CAPSNET_WORKERS", "0")
+    with pytest.raises(ValidationError, match="workers"):
+        Settings()
+
+
 @pytest.mark.parametrize(
     "bad, why",
     [
@@ -143,16 +163,18 @@ def test_app_never_imports_torch():
 
 
 @pytest.mark.parametrize(
-    "break_it, why",
+    "break_it, why, workers",
     [
-        ("garbage", "INVALID_PROTOBUF"),  # capsnet.onnx is not an ONNX file: loading fails
-        ("graph", "capsnet's image is ['N', 1, 36, 36], the card says ['N', 1, 28, 28]"),  # a 36x36 graph, a 28x28 card
-        ("card", "has no `serving` section"),  # a card from before cards described their model
+        ("garbage", "INVALID_PROTOBUF", 1),  # capsnet.onnx is not an ONNX file: loading fails
+        ("graph", "capsnet's image is ['N', 1, 36, 36], the card says ['N', 1, 28, 28]", 1),  # 36x36 graph, 28x28 card
+        ("card", "has no `serving` section", 1),  # a card from before cards described their model
+        ("graph", "capsnet's image is ['N', 1, 36, 36], the card says ['N', 1, 28, 28]", 2),  # the parent's check
     ],
 )
-def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_path, break_it, why):
+def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_path, break_it, why, workers):
     """python -m app exits non-zero and names the broken model in one line (a process that is alive
-    but never ready is what an orchestrator cannot handle)."""
+    but never ready is what an orchestrator cannot handle); with several workers the parent checks the
+    models before it starts any."""
     import json
     import shutil
 
@@ -170,6 +192,7 @@ def test_a_model_that_cannot_serve_ends_the_process_with_one_line_naming_it(tmp_
         "CAPSNET_MODELS": f"mnist,broken={tmp_path}",
         "CAPSNET_PROVIDERS": "CPUExecutionProvider",
         "CAPSNET_PORT": "1",
+        "CAPSNET_WORKERS": str(workers),
         "PATH": "/usr/bin:/bin",
     }  # never reached: it must stop before serving
     proc = subprocess.run(

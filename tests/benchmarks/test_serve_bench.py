@@ -11,7 +11,8 @@ from benchmarks import serve_bench
 
 @pytest.mark.skipif(shutil.which("hey") is None, reason="needs the load generator hey (apt-get install hey)")
 def test_serve_bench_writes_its_report(tmp_path):
-    report = serve_bench.main(["--seconds", "0.3", "--clients", "1,2", "--out", str(tmp_path / "serve.json")])
+    args = ["--seconds", "0.3", "--clients", "1,2", "--workers", "1,2", "--out", str(tmp_path / "serve.json")]
+    report = serve_bench.main(args)
     rows = json.loads((tmp_path / "serve.json").read_text())["rows"]
     cases = (
         ("/predict", "all"),
@@ -27,3 +28,7 @@ def test_serve_bench_writes_its_report(tmp_path):
     assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict" and r["batching"] != "template")
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
     assert "Bare session.run" in (tmp_path / "serve.md").read_text()
+    workers = report["workers"]  # `python -m app` with one and two worker processes, at the most clients
+    assert [(r["workers"], r["clients"]) for r in workers] == [(1, 2), (2, 2)]
+    assert all(r["rps"] > 0 and len(r["rps_rounds"]) == serve_bench.ROUNDS for r in workers)
+    assert "2 worker(s) / bare batch-64 images/s (target >= 0.5)" in "".join(report["targets"])

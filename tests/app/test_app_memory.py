@@ -1,0 +1,62 @@
+"""What a worker holds (app/memory.py): runs in slices answer as one run would, the slices' sizes, and a
+worker with every shipped model stays under 500 MB once it has run full batches of each."""
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from app import memory
+from model import contract
+
+RSS_LIMIT_MB = 500
+WORKER = """
+import asyncio, json, numpy as np
+import app.main  # what a worker imports
+from app.engine import Engines
+from app.settings import get_settings
+engines = Engines(get_settings())
+engines.warm_up()  # as a worker does before it accepts
+engines.start()
+for n in (1, 5, 64, 64):
+    for engine in engines:
+        x = np.random.default_rng(n).random((n, 1, engine.size, engine.size), np.float32)
+        asyncio.run(engine.infer(engine.capsnet, x))
+status = open("/proc/self/status").read().splitlines()
+print(json.dumps(int(next(line.split()[1] for line in status if line.startswith("VmRSS:"))) / 1024))
+"""
+
+
+def test_slices_answer_as_one_run(engine, mnist_fixture):
+    x = mnist_fixture[0][:70, None].astype(np.float32) / 255  # 32 + 32 + 6 rows
+    want = engine.capsnet.run(engine.output_names, {contract.IMAGE: x})
+    got = asyncio.run(engine.infer(engine.capsnet, x))
+    assert engine.run_rows == 32
+    for name, expected in zip(engine.output_names, want, strict=True):
+        np.testing.assert_allclose(got[name], expected, atol=1e-6, err_msg=name)
+    outputs = memory.in_slices(lambda y: [y * 2, y[:, 0]], x, 7)
+    np.testing.assert_array_equal(outputs[0], x * 2)
+    np.testing.assert_array_equal(outputs[1], x[:, 0])
+
+
+def test_a_run_holds_the_votes_of_32_mnist_images(engines):
+    rows = {engine.name: engine.run_rows for engine in engines}
+    assert rows == {"mnist": 32, "fashion-mnist": 32, "multimnist": 11, "affine": 8}
+
+
+def test_a_worker_with_every_model_stays_under_500_mb():
+    env = {"CAPSNET_PROVIDERS": "CPUExecutionProvider", "CAPSNET_LOG_LEVEL": "warning", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=contract.MODELS_DIR.parent,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rss_mb = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"a worker with every model: {rss_mb:.0f} MB")
+    assert rss_mb < RSS_LIMIT_MB, f"a worker with every model holds {rss_mb:.0f} MB"
