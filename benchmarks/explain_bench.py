@@ -11,12 +11,11 @@ and the drawing of its capsule: one more decoder batch and 40 PNGs). p50 and p99
 
 import argparse
 import datetime
-import json
 import tempfile
 from pathlib import Path
 
 from benchmarks.harness import free_port, machine, multipart, start_api
-from benchmarks.serve_bench import digit_png, hey
+from benchmarks.serve_bench import digit_png, hey, write_report
 
 OUT = Path(__file__).parent / "results" / "explain_bench.json"
 MODELS = ("mnist", "affine")
@@ -56,8 +55,6 @@ def main(argv=None) -> dict:
         "load_generator": "hey, 1 client",
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"# /explain beside /predict\n\n{report['machine']}; {report['when']}; one client (hey), "
         f"{args.seconds} s per row; the first MNIST test digit.\n",
@@ -65,8 +62,7 @@ def main(argv=None) -> dict:
         "|---|---|---:|---:|---:|",
         *(f"| {r['model']} | {r['route']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['rps']:.1f} |" for r in rows),
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, "\n".join(lines) + "\n")
     return report
 
 

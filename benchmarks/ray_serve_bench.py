@@ -12,7 +12,6 @@ to a free one; `hey` posts the first MNIST test digit to /predict (the full answ
 
 import argparse
 import datetime
-import json
 import math
 import tempfile
 import time
@@ -27,7 +26,7 @@ from ray.serve._private.api import serve_start  # what `serve run CONFIG` starts
 from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
 from benchmarks.harness import REPO, free_port, machine, multipart, ready, start_api
-from benchmarks.serve_bench import digit_png, hey
+from benchmarks.serve_bench import digit_png, hey, write_report
 
 CONFIG = REPO / "deploy" / "ray" / "serve.yaml"
 OUT = REPO / "benchmarks" / "results" / "ray_serve_bench.json"
@@ -128,8 +127,6 @@ def main(argv=None) -> dict:
         "load_generator": "hey",
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"# /predict on Ray Serve\n\n{report['machine']}; {report['when']}; Ray {ray.__version__}; hey, "
         f"{args.seconds} s per row; the first MNIST test digit, the full answer; mnist on the CPU, one ONNX "
@@ -138,8 +135,7 @@ def main(argv=None) -> dict:
         "|---|---:|---:|---:|---:|",
         *(f"| {r['server']} | {r['clients']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['rps']:.1f} |" for r in rows),
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, "\n".join(lines) + "\n")
     return report
 
 
