@@ -23,10 +23,9 @@ import onnxruntime as ort
 
 from model import contract
 
-MNIST_PRIMARY_CAPSULES = 32 * contract.primary_grid(contract.IMAGE_SIZE) ** 2  # 1152
 # A run on the CPU holds at most the votes of 32 MNIST images (23.6 MB of float32): 32 rows of the 28x28
 # models, 11 of the 36x36 one (3,200 primary capsules), 8 of the 40x40 one (4,608)
-RUN_PRIMARY_CAPSULES = 32 * MNIST_PRIMARY_CAPSULES
+RUN_PRIMARY_CAPSULES = 32 * contract.NUM_PRIMARY
 USE_SHARED_ARENA = "session.use_env_allocators"  # the session config entry that takes the shared arena
 NEXT_POWER_OF_TWO = 0  # ONNX Runtime's default arena extend strategy
 

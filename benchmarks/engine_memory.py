@@ -28,11 +28,11 @@ import numpy as np
 
 from benchmarks.harness import REPO, machine
 from benchmarks.serve_bench import write_report
+from model.contract import NUM_PRIMARY
 
 RESULTS = REPO / "benchmarks" / "results"
 BATCH, DECODER_BATCH = 64, 256
 LOAD = (1, 3, 7, 16, 33, 64)  # the mixed load's batch sizes
-MNIST_PRIMARY = 1152
 Run = Callable[[np.ndarray], Sequence[np.ndarray]]
 
 
@@ -53,19 +53,19 @@ VARIANTS = (
     Variant("arena off", arena="off", trim=True),
     Variant("arena shrunk after every run", shrink=True, trim=True),
     Variant("one arena per process", arena="shared", trim=True),
-    Variant("one arena, runs of 64 MNIST images' votes", arena="shared", run_primary=64 * MNIST_PRIMARY, trim=True),
+    Variant("one arena, runs of 64 MNIST images' votes", arena="shared", run_primary=64 * NUM_PRIMARY, trim=True),
     Variant(
         "one arena, runs of 64 MNIST images' votes, no memory pattern",
         arena="shared",
-        run_primary=64 * MNIST_PRIMARY,
+        run_primary=64 * NUM_PRIMARY,
         mem_pattern=False,
         trim=True,
     ),
-    Variant("one arena, runs of 32 MNIST images' votes", arena="shared", run_primary=32 * MNIST_PRIMARY, trim=True),
+    Variant("one arena, runs of 32 MNIST images' votes", arena="shared", run_primary=32 * NUM_PRIMARY, trim=True),
     Variant(
         "one arena, runs of 32 MNIST images' votes, no memory pattern",
         arena="shared",
-        run_primary=32 * MNIST_PRIMARY,
+        run_primary=32 * NUM_PRIMARY,
         mem_pattern=False,
         trim=True,
     ),
@@ -136,8 +136,8 @@ def served_runners(threads: int) -> dict[str, tuple[Run, Run, int]]:
 
     def runner(engine) -> tuple[Run, Run, int]:
         return (
-            lambda x: list(asyncio.run(engine.infer(engine.capsnet, x)).values()),
-            lambda c: list(asyncio.run(engine.infer(engine.decoder, c)).values()),
+            lambda x: list(asyncio.run(engine.infer(engine.capsnet, x, engine.output_names)).values()),
+            lambda c: list(asyncio.run(engine.infer(engine.decoder, c, engine.outputs_of(engine.decoder))).values()),
             engine.size,
         )
 

@@ -45,7 +45,9 @@ def test_two_replicas_answer_as_the_single_process_does(mnist_fixture):
 
     settings = Settings(models=["mnist"], providers=["CPUExecutionProvider"], intra_op_threads=1)
     with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 120
         while client.get("/ready").status_code != 200:  # warm-up on its own thread
+            assert time.monotonic() < deadline, "the in-process app did not warm up in 120 s"
             time.sleep(0.1)
         reference = answers(client)
 
