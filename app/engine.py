@@ -292,7 +292,7 @@ class Engine:
         """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests;
         with iterations, CAPSNET_ITERATION_OUTPUTS too (a ValueError when the graph has none)."""
         batcher, names = self._capsnet_runner(iterations)
-        outputs = await batcher.submit(images[:, None].astype(np.float32))
+        outputs = await batcher.submit(images[:, None].astype(np.float32, copy=False))
         return [{name: out[k] for name, out in zip(names, outputs, strict=True)} for k in range(len(images))]
 
     def routing_iteration_maps(self, couplings: np.ndarray, vote_lengths: np.ndarray) -> np.ndarray:

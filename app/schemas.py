@@ -282,6 +282,7 @@ class ReconstructResponse(BaseModel):
 
 # --- /explain -------------------------------------------------------------------------------------
 EXPLAIN_OPTIONS = ("inputs", "reconstructions", "capsules")  # /explain?include=
+EXPLAIN_DEFAULT = ("inputs", "reconstructions")
 SWEEP_STEPS = 19  # /explain's default: -45..45 degrees in 5 degree steps
 MAX_SWEEP_STEPS = 64  # one batch of the default max_batch
 

@@ -88,12 +88,13 @@ def thicken(image: np.ndarray, pixels: float) -> np.ndarray:
     return (1 - frac) * below + frac * above
 
 
-def apply(image: np.ndarray, name: str, value: float) -> np.ndarray:
-    """One transform of a (size, size) float32 input in [0, 1] by value (TRANSFORMS[name].unit)."""
+def apply(image: np.ndarray, name: str, value: float, centre: np.ndarray | None = None) -> np.ndarray:
+    """One transform of a (size, size) float32 input in [0, 1] by value (TRANSFORMS[name].unit), about
+    `centre` (row, col; the ink's centre of mass when not given)."""
     if name == "thickness":
         out = thicken(image, value)
     else:
-        centre = centre_of_mass(image)
+        centre = centre_of_mass(image) if centre is None else centre
         matrix = linear_map(name, value)
         # output pixel p pulls input pixel matrix @ (p - centre - shift) + centre
         offset = centre - matrix @ (centre + shift(name, value))
@@ -105,4 +106,5 @@ def sweep(image: np.ndarray, name: TransformName, values: np.ndarray) -> np.ndar
     """The input under each value of one transform: (len(values), size, size) float32, one batch."""
     if name not in TRANSFORMS:
         raise ValueError(f"no transform is named {name!r}; choose from {', '.join(TRANSFORMS)}")
-    return np.stack([apply(image, name, float(v)) for v in values])
+    centre = centre_of_mass(image)  # once: every step turns about the same point
+    return np.stack([apply(image, name, float(v), centre) for v in values])

@@ -16,6 +16,7 @@ from app.engine import Engine, Outputs
 from app.imaging.transform import TRANSFORMS, TransformName, sweep
 from app.routes.predict import ERRORS, REQUEST_BODY, load_input, model_info, read, read_image_bytes
 from app.schemas import (
+    EXPLAIN_DEFAULT,
     EXPLAIN_OPTIONS,
     MAX_SWEEP_STEPS,
     SWEEP_STEPS,
@@ -136,7 +137,7 @@ async def explain(
     """Post an image as /predict takes it (multipart `file` or JSON `{"image": base64}`). The model's input
     is prepared as /predict prepares it, then transformed once per value (app/imaging/transform.py) and
     read as one batch; the decoder draws the followed capsule at every step in one more batch."""
-    parts = {"inputs", "reconstructions"} if include is None else parse_include(include, EXPLAIN_OPTIONS)
+    parts = parse_include(include, EXPLAIN_OPTIONS, EXPLAIN_DEFAULT)
     values = sweep_values(transform, start, stop, steps)
     data = await read_image_bytes(request)
     prepared = await load_input(data, preprocess, engine, settings.max_pixels)
