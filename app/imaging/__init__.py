@@ -5,6 +5,7 @@ ink.py        the paper under the ink, the noise on it, and the parts of the ink
 digit.py      one digit: cropped, its stroke brought into MNIST's range, fitted and centred as LeCun's
 pair.py       two overlapping digits (MultiMNIST), fitted at several scales
 garment.py    one object on a plain background, as Fashion-MNIST was made from product photos
+resample.py   Pillow's bicubic and Lanczos resize of a small float picture, as two matrix products
 prepared.py   what each of them returns: the input, its warnings, its candidates
 registry.py   the card's preprocessing name -> its function; preprocess() picks one
 render.py     the answer's pictures: PNG data URLs and the paper's Fig. 5 overlay

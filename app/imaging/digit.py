@@ -16,15 +16,17 @@ People send photos, scans and canvases, not MNIST, so before that (each step is 
 
 import math
 
+import cv2
 import numpy as np
 from PIL import Image
-from scipy import ndimage
 
+from app.imaging import resample
 from app.imaging.decode import ImageError
 from app.imaging.ink import NO_INK, Digit, Paper, ink_map, locate, noise_floor, paper_sigma, source, warnings_of
 from app.imaging.prepared import Prepared
 from model import contract
 
+SQUARE3 = np.ones((3, 3), np.uint8)
 NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
 MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for the stroke to grow
 
@@ -33,22 +35,32 @@ def stroke_width(ink: np.ndarray) -> float:
     """The median width (px) of the strokes of an ink map: twice the distance transform of the ink
     mask (ink >= 0.5) on its medial axis (where the distance is a local maximum), the usual
     estimate (e.g. Blum's medial axis transform); 0 for no ink."""
-    distance = ndimage.distance_transform_edt(ink >= 0.5)
-    axis = (distance > 0) & (distance >= ndimage.maximum_filter(distance, size=3))
-    return 2.0 * float(np.median(distance[axis])) if axis.any() else 0.0
+    distance = cv2.distanceTransform((ink >= 0.5).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    # each distance is the root of a whole number of px²; OpenCV's float32 ones are off by up to 1e-6,
+    # which would break the ties of the local-maximum test below: snapped to their exact roots
+    distance = np.sqrt(np.rint(np.square(distance, dtype=np.float64)))
+    radii = distance[(distance > 0) & (distance >= cv2.dilate(distance, SQUARE3))]  # 3x3 local maxima
+    if not radii.size:
+        return 0.0
+    k = radii.size // 2  # twice the median, by one partial sort (np.median's bookkeeping costs more)
+    if radii.size % 2:
+        return 2.0 * float(np.partition(radii, k)[k])
+    middle = np.partition(radii, (k - 1, k))
+    return float(middle[k - 1] + middle[k])
 
 
 def disk(radius: float) -> np.ndarray:
+    """A disk of `radius` px as a structuring element (uint8, OpenCV's)."""
     r = math.ceil(radius)
     ys, xs = np.mgrid[-r : r + 1, -r : r + 1]
-    return ys * ys + xs * xs <= radius * radius
+    return (ys * ys + xs * xs <= radius * radius).view(np.uint8)
 
 
 def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
     """A digit's ink whose longer side is `side` px rescaled so that it is NORM_BOX px (bicubic)."""
     scale = NORM_BOX / side
     size = (max(1, round(ink.shape[1] * scale)), max(1, round(ink.shape[0] * scale)))
-    return np.clip(np.asarray(Image.fromarray(ink).resize(size, Image.Resampling.BICUBIC)), 0.0, 1.0)
+    return np.clip(resample.resize(ink, size, "bicubic"), 0.0, 1.0)
 
 
 def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.ndarray:
@@ -65,10 +77,10 @@ def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.nda
     low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
     radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
     if width > high:
-        thinner = ndimage.grey_erosion(x, footprint=disk(radius))
+        thinner = cv2.erode(x, disk(radius))
         return thinner if thinner.any() else ink  # a solid shape no stroke is as wide as: left as it is
     if 0 < width < low:
-        return ndimage.grey_dilation(x, footprint=disk(radius))
+        return cv2.dilate(x, disk(radius))
     return ink
 
 
@@ -85,10 +97,15 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     box = (max(0, left - pad), max(0, top - pad), min(picture.width, right + pad), min(picture.height, bottom + pad))
     scale = min(1.0, NORM_BOX / side)
     size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
-    x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
-    reduced_box = (box[0] / factor, box[1] / factor, box[2] / factor, box[3] / factor)  # on the reduced copy
-    gate = Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=reduced_box)
-    gate = ndimage.maximum_filter(np.asarray(gate), size=2 * math.ceil(scale * factor) + 1)
+    if scale == 1 and factor == 1:  # found at full size, kept at it: a crop of each
+        x = np.asarray(picture, np.float32)[box[1] : box[3], box[0] : box[2]] / 255
+        gate = digit.mask[box[1] : box[3], box[0] : box[2]]
+    else:
+        x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
+        reduced_box = (box[0] / factor, box[1] / factor, box[2] / factor, box[3] / factor)  # on the reduced copy
+        gate = np.asarray(Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=reduced_box))
+    reach = 2 * math.ceil(scale * factor) + 1
+    gate = cv2.dilate(gate.view(np.uint8), np.ones((reach, reach), np.uint8)).view(bool)
     r = ink_map(x, paper, box, picture.size)
     sigma = paper_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
     a = np.clip(r, 0.0, None)
@@ -106,8 +123,7 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     x = x[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     scale = 1.0 if box is None else box / max(x.shape)
     height, width = (max(1, round(side * scale)) for side in x.shape)
-    small = Image.fromarray(x).resize((width, height), Image.Resampling.LANCZOS)
-    small = np.clip(np.asarray(small), 0.0, None)
+    small = np.clip(resample.resize(x, (width, height), "lanczos"), 0.0, None)
     small = np.clip(small / small.max(), 0.0, 1.0)  # LeCun's digits reach full intensity
     ys, xs = np.indices(small.shape)
     mass = small.sum()

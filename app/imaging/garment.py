@@ -3,10 +3,11 @@ Fashion-MNIST was made from product photos (github.com/zalandoresearch/fashion-m
 trim the plain background, resize the longest edge to the frame, centre, negate, grey levels kept.
 """
 
+import cv2
 import numpy as np
 from PIL import Image
-from scipy import ndimage
 
+from app.imaging import resample
 from app.imaging.decode import ImageError, channels
 from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, MIN_PART, NOISE_FLOOR, median, robust_sigma
 from app.imaging.prepared import Prepared
@@ -42,7 +43,8 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     if a.max() < MIN_CONTRAST:
         raise flat
     floor = max(TRIM, NOISE_FLOOR * robust_sigma(frame - paper))
-    labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
+    count, labels = cv2.connectedComponents((a > floor).view(np.uint8), connectivity=8)
+    n = count - 1  # label 0 is the background
     if n == 0:  # all of it within the frame's noise of the background: noise, no object
         raise flat
     masses = np.bincount(labels.ravel(), a.ravel(), n + 1)[1:]
@@ -51,7 +53,7 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     a = a[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
     scale = box / max(a.shape)
     height, width = (min(box, max(1, round(side * scale))) for side in a.shape)
-    small = np.clip(np.asarray(Image.fromarray(a).resize((width, height), Image.Resampling.LANCZOS)), 0.0, 1.0)
+    small = np.clip(resample.resize(a, (width, height), "lanczos"), 0.0, 1.0)
     out = np.zeros((size, size), np.float32)
     top, left = (
         (size - height + 1) // 2,

@@ -18,6 +18,7 @@ the alpha channel: light ink on a black paper.
 import math
 from typing import NamedTuple
 
+import cv2
 import numpy as np
 from PIL import Image
 from scipy import ndimage
@@ -73,13 +74,18 @@ def quadratic(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(u), u, v, u * u, u * v, v * v], axis=-1)
 
 
-def grid(shape: tuple[int, int], box: tuple[float, float, float, float], size: tuple[int, int]) -> tuple:
-    """(u, v) in [-1, 1] of the whole picture (`size` = (width, height)) at the centres of a
-    `shape` grid of pixels that covers `box` = (left, top, right, bottom) of it."""
+def axes(shape: tuple[int, int], box: tuple[float, float, float, float], size: tuple[int, int]) -> tuple:
+    """u (columns) and v (rows) in [-1, 1] of the whole picture (`size` = (width, height)) at the
+    centres of a `shape` grid of pixels that covers `box` = (left, top, right, bottom) of it."""
     left, top, right, bottom = box
     xs = left + (np.arange(shape[1], dtype=np.float32) + 0.5) * (right - left) / shape[1]
     ys = top + (np.arange(shape[0], dtype=np.float32) + 0.5) * (bottom - top) / shape[0]
-    return np.meshgrid(2 * xs / size[0] - 1, 2 * ys / size[1] - 1)
+    return 2 * xs / size[0] - 1, 2 * ys / size[1] - 1
+
+
+def grid(shape: tuple[int, int], box: tuple[float, float, float, float], size: tuple[int, int]) -> tuple:
+    """(u, v) of every pixel of the `shape` grid of axes()."""
+    return np.meshgrid(*axes(shape, box, size))
 
 
 def median(values: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -122,9 +128,9 @@ def frame(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x[0], x[-1], x[:, 0], x[:, -1]])
 
 
-def paper_surface(x: np.ndarray, basis: np.ndarray, noise: float) -> np.ndarray:
-    """The paper's brightness under x as the 6 coefficients of a quadratic (basis: quadratic() of x's
-    pixels): what most of the picture's frame shows (ink crosses the frame but does not fill it).
+def paper_surface(x: np.ndarray, noise: float) -> np.ndarray:
+    """The paper's brightness under x as the 6 coefficients of a quadratic in x's (u, v) (grid()):
+    what most of the picture's frame shows (ink crosses the frame but does not fill it).
 
     A frame that is one exact value (a canvas, a rendered PNG) is flat paper of that value. Otherwise
     the paper is flat (the mean of the pixels within PAPER_BAND noise deviations of the frame's most
@@ -143,7 +149,15 @@ def paper_surface(x: np.ndarray, basis: np.ndarray, noise: float) -> np.ndarray:
     if on_flat == border.size:  # no surface can hold more of the frame
         return flat
     lit = fit_surface(x)
-    return lit if np.count_nonzero(np.abs(border - frame(basis) @ lit) <= band) > on_flat else flat
+    h, w = x.shape
+    on_lit = np.count_nonzero(np.abs(border - frame_basis(h, w) @ lit) <= band)
+    return lit if on_lit > on_flat else flat
+
+
+def frame_basis(h: int, w: int) -> np.ndarray:
+    """quadratic() at the outermost pixels of an h x w picture, in frame()'s order."""
+    u, v = grid((h, w), (0, 0, w, h), (w, h))
+    return quadratic(frame(u), frame(v))
 
 
 def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
@@ -157,12 +171,12 @@ def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
     """
     h, w = x.shape
     noise = noise_sigma(x)
-    basis = quadratic(*grid(x.shape, (0, 0, w, h), (w, h)))
-    surface = paper_surface(x, basis, noise)
-    r = x - basis @ surface
-    smooth = ndimage.uniform_filter(r, 3)
+    surface = paper_surface(x, noise)
+    r = x - lighting(surface, x.shape, (0, 0, w, h), (w, h))
+    smooth = cv2.blur(r, (3, 3), borderType=cv2.BORDER_REFLECT)  # scipy's uniform_filter(r, 3), in SIMD
     polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
-    return Paper(surface, max(noise, paper_sigma(polarity * r)), polarity), polarity * r
+    ink = r if polarity > 0 else -r
+    return Paper(surface, max(noise, paper_sigma(ink)), polarity), ink
 
 
 def fit_surface(x: np.ndarray) -> np.ndarray:
@@ -187,7 +201,12 @@ def fit_surface(x: np.ndarray) -> np.ndarray:
 
 def otsu(values: np.ndarray, bins: int = 64) -> float:
     """Otsu's threshold (1979): the cut of the histogram with the largest between-class variance."""
-    counts, edges = np.histogram(values, bins)
+    low, high = float(values.min()), float(values.max())
+    if low == high:  # as np.histogram widens a range of one value
+        low, high = low - 0.5, high + 0.5
+    edges = np.arange(bins + 1) * ((high - low) / bins) + low  # np.linspace's, without its checks
+    edges[-1] = high
+    counts = np.bincount(np.minimum(np.searchsorted(edges, values, "right") - 1, bins - 1), minlength=bins)
     centres = (edges[:-1] + edges[1:]) / 2
     w0 = np.cumsum(counts)[:-1]
     w1 = values.size - w0
@@ -196,9 +215,21 @@ def otsu(values: np.ndarray, bins: int = 64) -> float:
     return float(edges[1:-1][np.argmax(w0 * w1 * (m0 - m1) ** 2)])
 
 
+def lighting(surface: np.ndarray, shape: tuple[int, int], box: tuple, size: tuple[int, int]) -> np.ndarray | float:
+    """The paper's brightness (a quadratic surface) on a `shape` grid covering `box` of a picture of
+    `size` (grid()); flat paper is one number, and no grid is made for it."""
+    if not surface[1:].any():
+        return float(surface[0])
+    u, v = axes(shape, box, size)
+    c = surface
+    # c0 + c1 u + c2 v + c3 u² + c4 uv + c5 v², by rows and columns (no (h, w, 6) basis)
+    return (c[0] + c[2] * v + c[5] * v * v)[:, None] + (c[1] + c[4] * v)[:, None] * u + c[3] * u * u
+
+
 def ink_map(x: np.ndarray, paper: Paper, box: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
     """x minus the paper under it, signed so that ink is positive; x covers `box` of a picture of `size`."""
-    return paper.polarity * (x - quadratic(*grid(x.shape, box, size)) @ paper.surface)
+    r = x - lighting(paper.surface, x.shape, box, size)
+    return r if paper.polarity > 0 else -r
 
 
 def noise_floor(a: np.ndarray, sigma: float) -> float:
@@ -219,7 +250,8 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     """The connected parts of the ink (8-connected, above the floor, with a core above Otsu's
     threshold of the ink: hysteresis) that make the digit: the heaviest, and every part with at least
     MIN_PART of its ink within NEAR_PART of the digit's longer side of the growing box."""
-    labels, n = ndimage.label(a > floor, np.ones((3, 3), bool))
+    count, labels, stats, _ = cv2.connectedComponentsWithStats((a > floor).view(np.uint8), connectivity=8)
+    n = count - 1  # label 0 is the background
     if n == 0:
         raise ImageError(NO_INK)
     core = min(otsu(a[labels > 0]), float(a.max()))  # the strongest part always has a core
@@ -227,7 +259,8 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     strong[labels[a >= core]] = True
     masses = np.where(strong, np.bincount(labels.ravel(), a.ravel(), n + 1), 0.0)[1:]
     strong = strong[1:]
-    boxes = [(s[0].start, s[1].start, s[0].stop, s[1].stop) for s in ndimage.find_objects(labels)]
+    left, top, width, height = (stats[1:, i].tolist() for i in range(4))
+    boxes = [(y, x, y + h, x + w) for x, y, w, h in zip(left, top, width, height, strict=True)]
     heaviest = masses.max()
     order = [int(i) for i in np.argsort(-masses) if masses[i] >= MIN_PART * heaviest]  # specks never count
     kept, box = {order[0]}, boxes[order[0]]
@@ -241,7 +274,9 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
                 box, grown = union(box, boxes[i]), True
     digit_mass = sum(masses[i] for i in kept)
     others = sum(1 for i in order if i not in kept and masses[i] >= OTHER_SHAPE * digit_mass)
-    mask = np.isin(labels, [i + 1 for i in kept])
+    keep = np.zeros(n + 1, bool)
+    keep[[i + 1 for i in kept]] = True
+    mask = keep[labels]
     return Digit(mask, box, float(a.max()), others)
 
 

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from app import imaging
-from app.imaging import ImageError
+from app.imaging import ImageError, resample
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
@@ -374,3 +374,62 @@ def test_a_solid_block_wider_than_any_stroke_is_fitted_as_it_is(kind, size, box)
     rows, cols = np.flatnonzero(x.max(1) > 0.5), np.flatnonzero(x.max(0) > 0.5)
     assert len(rows) == len(cols) == box and abs(rows.mean() - size / 2) <= 1 and abs(cols.mean() - size / 2) <= 1
     assert x[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1].min() > 0.5  # filled, not an outline
+
+
+# ---- the image work in OpenCV and matrix products, checked against the scipy and Pillow it replaced ----
+
+
+@pytest.mark.parametrize(
+    "name, resampling", [("bicubic", Image.Resampling.BICUBIC), ("lanczos", Image.Resampling.LANCZOS)]
+)
+def test_resample_matches_pillows_resize(name, resampling):
+    """Up and down, square and not, one px to a hundred: the matrix products give Pillow's mode "F" resize."""
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        h, w, out_h, out_w = (int(n) for n in rng.integers(1, 110, 4))
+        x = (rng.random((h, w)) * (rng.random((h, w)) > 0.5)).astype(np.float32)
+        expected = np.asarray(Image.fromarray(x).resize((out_w, out_h), resampling))
+        np.testing.assert_allclose(resample.resize(x, (out_w, out_h), name), expected, rtol=0, atol=2e-6)
+
+
+def _stroke_width_by_scipy(ink: np.ndarray) -> float:
+    """The definition stroke_width implements, in scipy.ndimage (what it was before OpenCV)."""
+    from scipy import ndimage
+
+    distance = ndimage.distance_transform_edt(ink >= 0.5)
+    axis = (distance > 0) & (distance >= ndimage.maximum_filter(distance, size=3))
+    return 2.0 * float(np.median(distance[axis])) if axis.any() else 0.0
+
+
+def test_stroke_width_is_the_exact_medial_axis_median():
+    """OpenCV's distance transform gives the same medial axis and median as scipy's exact one, ties
+    included (OpenCV's float32 roots differ by up to 1e-6, which broke ties before they were snapped),
+    on ink that touches the border too; and the same in every call."""
+    from scipy import ndimage
+
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        shape = tuple(int(n) for n in rng.integers(20, 100, 2))
+        ink = ndimage.binary_dilation(rng.random(shape) > 0.985, iterations=int(rng.integers(1, 6)))
+        ink[:, 0] |= rng.random(shape[0]) > 0.5
+        x = ink.astype(np.float32)
+        assert stroke_width(x) == _stroke_width_by_scipy(x)
+    assert stroke_width(np.zeros((9, 9), np.float32)) == 0.0
+
+
+def test_the_ink_parts_are_scipys_connected_components():
+    """digit_parts labels with OpenCV (8-connected, with boxes): the kept mask equals the union of the
+    same components as scipy's labels, on a speckled picture with many parts."""
+    from scipy import ndimage
+
+    from app.imaging.ink import digit_parts
+
+    rng = np.random.default_rng(2)
+    a = ndimage.binary_dilation(rng.random((96, 128)) > 0.995, iterations=3).astype(np.float32)
+    a *= rng.uniform(0.5, 1.0, a.shape).astype(np.float32)
+    digit = digit_parts(a, 0.1)
+    labels, _ = ndimage.label(a > 0.1, np.ones((3, 3), bool))
+    kept = np.unique(labels[digit.mask])
+    assert 0 not in kept and np.array_equal(np.isin(labels, kept), digit.mask)
+    rows, cols = np.nonzero(digit.mask)
+    assert digit.box == (rows.min(), cols.min(), rows.max() + 1, cols.max() + 1)
