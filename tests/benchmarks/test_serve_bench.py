@@ -11,7 +11,8 @@ from benchmarks import serve_bench
 
 @pytest.mark.skipif(shutil.which("hey") is None, reason="needs the load generator hey (apt-get install hey)")
 def test_serve_bench_writes_its_report(tmp_path):
-    args = ["--seconds", "0.3", "--clients", "1,2", "--workers", "1,2", "--out", str(tmp_path / "serve.json")]
+    out = str(tmp_path / "serve.json")  # the Ray Serve rows are ray_serve_bench's, smoke-tested beside this
+    args = ["--seconds", "0.3", "--clients", "1,2", "--workers", "1,2", "--replicas", "", "--out", out]
     report = serve_bench.main(args)
     rows = json.loads((tmp_path / "serve.json").read_text())["rows"]
     cases = (
@@ -29,6 +30,12 @@ def test_serve_bench_writes_its_report(tmp_path):
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
     assert "Bare session.run" in (tmp_path / "serve.md").read_text()
     workers = report["workers"]  # `python -m app` with one and two worker processes, at the most clients
-    assert [(r["workers"], r["clients"]) for r in workers] == [(1, 2), (2, 2)]
+    assert sorted((r["workers"], r["include"], r["clients"]) for r in workers) == [
+        (w, include, 2) for w in (1, 2) for include in ("all", "none")
+    ]
     assert all(r["rps"] > 0 and len(r["rps_rounds"]) == serve_bench.ROUNDS for r in workers)
-    assert "2 worker(s) / bare batch-64 images/s (target >= 0.5)" in "".join(report["targets"])
+    assert report["ray"] == []
+    figures = {t["figure"]: t for t in report["targets"]}  # every figure the issue set a target for
+    assert len(figures) == 6 and all(isinstance(t["met"], bool) and t["target"] for t in figures.values())
+    assert "/predict?include= req/s at 2 clients, 2 worker(s) / bare batch-64 img/s" in figures
+    assert "| figure | measured | target | met |" in (tmp_path / "serve.md").read_text()
