@@ -156,8 +156,11 @@ def paper_surface(x: np.ndarray, noise: float) -> np.ndarray:
 
 def frame_basis(h: int, w: int) -> np.ndarray:
     """quadratic() at the outermost pixels of an h x w picture, in frame()'s order."""
-    u, v = grid((h, w), (0, 0, w, h), (w, h))
-    return quadratic(frame(u), frame(v))
+    u, v = axes((h, w), (0, 0, w, h), (w, h))
+    rows, cols = np.ones(w, np.float32), np.ones(h, np.float32)  # frame(): top, bottom, left, right
+    return quadratic(
+        np.concatenate([u, u, u[0] * cols, u[-1] * cols]), np.concatenate([v[0] * rows, v[-1] * rows, v, v])
+    )
 
 
 def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
