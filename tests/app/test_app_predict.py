@@ -204,3 +204,26 @@ def test_unusual_input_comes_with_warnings(client, digits):
     canvas[4:116, 0:112], canvas[4:116, 288:400] = big, big
     body = post_png(client, canvas, include="").json()
     assert any("other shape" in w for w in body["warnings"]), body["warnings"]
+
+
+def test_small_pictures_are_prepared_on_the_event_loop_large_ones_on_a_thread(client, digits, monkeypatch):
+    """A 28x28 PNG (INLINE_BYTES, INLINE_PIXELS) is prepared inline, with no thread hop; a 280x280 one, whose
+    preprocessing takes longer, off the event loop; both get the same answer."""
+    from app.routes import predict
+
+    hops = []
+    original = predict.run_in_threadpool
+
+    async def counted(fn, *args, **kwargs):
+        hops.append(fn)
+        return await original(fn, *args, **kwargs)
+
+    monkeypatch.setattr(predict, "run_in_threadpool", counted)
+    small = digits[0][0]
+    large = np.kron(small, np.ones((10, 10), small.dtype))  # the same digit, ten times larger
+    answers = []
+    for image, expected_hops in ((small, 0), (large, 1)):
+        r = post_png(client, image, include="")
+        assert r.status_code == 200 and len(hops) == expected_hops
+        answers.append(r.json()["prediction"])
+    assert answers[0] == answers[1]
