@@ -440,7 +440,7 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> 
             "/predict?include= p50 at 1 client - (/health p50 + its mean session.run in the server), ms",
             row("on", "/predict", "none", 1)["p50_ms"]
             - row("on", "/health", "-", 1)["p50_ms"]
-            - row("on", "/predict", "none", 1)["run_ms"],
+            - row("on", "/predict", "none", 1).get("run_ms", float("nan")),
             "none: where the rest goes",
             None,
         ),

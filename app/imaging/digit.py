@@ -35,7 +35,10 @@ def stroke_width(ink: np.ndarray) -> float:
     """The median width (px) of the strokes of an ink map: twice the distance transform of the ink
     mask (ink >= 0.5) on its medial axis (where the distance is a local maximum), the usual
     estimate (e.g. Blum's medial axis transform); 0 for no ink."""
-    distance = cv2.distanceTransform((ink >= 0.5).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    mask = ink >= 0.5
+    if mask.all():  # no background to measure from (OpenCV would answer 1.8e19): one solid stroke
+        return float(min(mask.shape))
+    distance = cv2.distanceTransform(mask.view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
     # each distance is the root of a whole number of px²; OpenCV's float32 ones are off by up to 1e-6,
     # which would break the ties of the local-maximum test below: snapped to their exact roots
     distance = np.sqrt(np.rint(np.square(distance, dtype=np.float64)))
@@ -63,7 +66,15 @@ def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
     return np.clip(resample.resize(ink, size, "bicubic"), 0.0, 1.0)
 
 
-def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.ndarray:
+def measured_stroke(ink: np.ndarray, side: float) -> tuple[np.ndarray, float]:
+    """The digit (its longer side `side` px) at NORM_BOX px, and its stroke width there."""
+    x = ink if side == NORM_BOX else at_norm_box(ink, side)
+    return x, stroke_width(x)
+
+
+def normalise_stroke(
+    ink: np.ndarray, side: float, share: float = 1.0, measured: tuple[np.ndarray, float] | None = None
+) -> np.ndarray:
     """The digit (its longer side `side` px) with its strokes eroded (a marker) or dilated (a fine pen)
     by grey morphology with a disk to MNIST's median width, at NORM_BOX px, when they lie outside
     MNIST's range (contract.STROKE_RANGE); a digit within the range comes back as it was.
@@ -71,9 +82,10 @@ def normalise_stroke(ink: np.ndarray, side: float, share: float = 1.0) -> np.nda
     The disk's radius r solves (w -+ 2r) / (S -+ 2r) = median: eroding or dilating also shrinks or
     grows the digit's box S, which fit_and_centre scales back to its ink box. `share`: one digit's
     box over the ink's (MNIST's 20 px over a pair's 23), since the widths are fractions of a digit.
+    `measured`: measured_stroke(ink, side), when it is known already (a pair's five boxes share it).
     """
-    x = ink if side == NORM_BOX else at_norm_box(ink, side)
-    width, target = stroke_width(x), contract.STROKE_MEDIAN * share
+    x, width = measured or measured_stroke(ink, side)
+    target = contract.STROKE_MEDIAN * share
     low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
     radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
     if width > high:
@@ -145,7 +157,10 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     if boxes is None:
         return Prepared(fit_and_centre(ink, None, size), warnings_of(digit, what))
     # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
-    fitted = np.stack([fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box), box, size) for box in boxes])
+    measured = measured_stroke(ink, side)
+    fitted = np.stack(
+        [fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box, measured), box, size) for box in boxes]
+    )
     return Prepared(fitted[0], warnings_of(digit, what), fitted if len(boxes) > 1 else None)
 
 

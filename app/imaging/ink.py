@@ -203,12 +203,13 @@ def fit_surface(x: np.ndarray) -> np.ndarray:
 
 
 def otsu(values: np.ndarray, bins: int = 64) -> float:
-    """Otsu's threshold (1979): the cut of the histogram with the largest between-class variance."""
-    low, high = float(values.min()), float(values.max())
+    """Otsu's threshold (1979): the cut of the histogram with the largest between-class variance. The
+    histogram is np.histogram(values, bins)'s (its edges in the values' dtype, a value on an edge in the bin
+    above, the top edge in the last bin), without its checks."""
+    low, high = values.min(), values.max()
     if low == high:  # as np.histogram widens a range of one value
         low, high = low - 0.5, high + 0.5
-    edges = np.arange(bins + 1) * ((high - low) / bins) + low  # np.linspace's, without its checks
-    edges[-1] = high
+    edges = np.linspace(low, high, bins + 1, dtype=np.result_type(low, high, values))  # np.histogram's edges
     counts = np.bincount(np.minimum(np.searchsorted(edges, values, "right") - 1, bins - 1), minlength=bins)
     centres = (edges[:-1] + edges[1:]) / 2
     w0 = np.cumsum(counts)[:-1]
@@ -265,7 +266,14 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     left, top, width, height = (stats[1:, i].tolist() for i in range(4))
     boxes = [(y, x, y + h, x + w) for x, y, w, h in zip(left, top, width, height, strict=True)]
     heaviest = masses.max()
-    order = [int(i) for i in np.argsort(-masses) if masses[i] >= MIN_PART * heaviest]  # specks never count
+
+    def first_pixel(i: int) -> tuple[int, int]:  # part i's first pixel in raster order (scipy's label order)
+        return boxes[i][0], int(np.argmax(labels[boxes[i][0]] == i + 1))
+
+    # heaviest first, parts of equal ink in raster order (OpenCV numbers them in another); specks never count
+    order = sorted(
+        (i for i in range(n) if masses[i] >= MIN_PART * heaviest), key=lambda i: (-masses[i], first_pixel(i))
+    )
     kept, box = {order[0]}, boxes[order[0]]
     grown = True
     while grown:

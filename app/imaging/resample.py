@@ -1,10 +1,12 @@
 """Pillow's convolution resize of a float image, as two small matrix products.
 
 Pillow resamples a mode "F" picture one row at a time in scalar C; the pipeline's pictures are small
-(tens of px), so building the picture, resizing and copying it back cost more than the arithmetic.
+(a digit's crop of tens of px; a garment's picture, at most 1024 px, into 28), so building the picture,
+resizing and copying it back cost more than the arithmetic.
 The same resize is out = V @ x @ H.T, where each row of V (H) holds the normalised filter weights
 Pillow gives one output row (column): the filter is stretched by the scale when reducing (anti-aliased),
-its support clipped to the picture. The weights depend only on the two sizes, so they are cached.
+its support clipped to the picture; an axis whose size does not change is left as it is, as Pillow
+leaves it. The weights depend only on the two sizes, so they are cached.
 Results match Image.resize to float32 rounding (tests/app/test_app_imaging.py).
 """
 
@@ -29,9 +31,11 @@ def lanczos(x: np.ndarray) -> np.ndarray:
 FILTERS = {"bicubic": (bicubic, 2.0), "lanczos": (lanczos, 3.0)}
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=128)  # at most 14 MB: a garment's 1024 px into 28 is 115 kB
 def weights(size_in: int, size_out: int, name: str) -> np.ndarray:
     """(size_out, size_in) float32: output pixel i is row i @ the input pixels, as Pillow weighs them."""
+    if size_in == size_out:  # Pillow does not resample this axis (Lanczos' zeros are 4e-17 in floats)
+        return np.eye(size_in, dtype=np.float32)
     kernel, support = FILTERS[name]
     scale = size_in / size_out
     stretch = max(scale, 1.0)  # reducing: the filter widens to cover every input pixel (anti-aliasing)

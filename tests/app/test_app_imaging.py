@@ -433,3 +433,53 @@ def test_the_ink_parts_are_scipys_connected_components():
     assert 0 not in kept and np.array_equal(np.isin(labels, kept), digit.mask)
     rows, cols = np.nonzero(digit.mask)
     assert digit.box == (rows.min(), cols.min(), rows.max() + 1, cols.max() + 1)
+
+
+def test_otsu_reads_np_histograms_histogram():
+    """otsu bins as np.histogram does (float32 edges, values on an edge, one value alone): the same cut as
+    Otsu's method on np.histogram's counts, on 8-bit-like and continuous values."""
+    from app.imaging.ink import otsu
+
+    def by_np_histogram(values, bins=64):
+        counts, edges = np.histogram(values, bins)
+        centres = (edges[:-1] + edges[1:]) / 2
+        w0 = np.cumsum(counts)[:-1]
+        w1 = values.size - w0
+        m0 = np.cumsum(counts * centres)[:-1] / np.maximum(w0, 1)
+        m1 = (np.sum(counts * centres) - np.cumsum(counts * centres)[:-1]) / np.maximum(w1, 1)
+        return float(edges[1:-1][np.argmax(w0 * w1 * (m0 - m1) ** 2)])
+
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        n = int(rng.integers(1, 400))
+        values = (rng.integers(0, 256, n) / 255 if rng.random() < 0.5 else rng.random(n)).astype(np.float32)
+        assert otsu(values) == by_np_histogram(values)
+    assert otsu(np.full(7, 0.25, np.float32)) == by_np_histogram(np.full(7, 0.25, np.float32))
+
+
+def test_parts_of_equal_ink_are_taken_in_raster_order():
+    """Two identical shapes far apart, the right one a row higher: scipy's raster order finds it first,
+    OpenCV's scan of 2x2 blocks the left one; the digit is the one of raster order, as before OpenCV."""
+    import cv2
+
+    from app.imaging.ink import digit_parts
+
+    a = np.zeros((40, 100), np.float32)
+    a[11:31, 5:9] = 1.0
+    a[10:30, 70:74] = 1.0  # the first ink in raster order
+    _, labels = cv2.connectedComponents((a > 0.1).view(np.uint8), connectivity=8)
+    assert labels[11, 5] == 1  # OpenCV's numbering differs from raster order here (what the test is about)
+    digit = digit_parts(a, 0.1)
+    assert digit.box == (10, 70, 30, 74) and digit.mask[:, :60].sum() == 0
+
+
+def test_a_picture_of_ink_alone_has_one_solid_stroke():
+    """Ink everywhere leaves the distance transform no background (OpenCV answers 1.8e19): the stroke
+    is the picture's shorter side."""
+    assert stroke_width(np.ones((30, 40), np.float32)) == 30.0
+
+
+def test_resample_leaves_an_axis_of_the_same_size_as_it_is():
+    x = np.random.default_rng(4).random((17, 23)).astype(np.float32)
+    assert np.array_equal(resample.resize(x, (23, 17), "lanczos"), x)
+    assert np.array_equal(resample.resize(x, (23, 9), "bicubic")[:, :], resample.weights(17, 9, "bicubic") @ x)

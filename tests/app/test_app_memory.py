@@ -32,10 +32,10 @@ print(json.dumps(int(next(line.split()[1] for line in status if line.startswith(
 
 
 def test_slices_answer_as_one_run(engine, mnist_fixture):
-    x = mnist_fixture[0][:70, None].astype(np.float32) / 255  # 32 + 32 + 6 rows
+    x = mnist_fixture[0][:70, None].astype(np.float32) / 255  # 4 x 16 + 6 rows
     want = engine.capsnet.run(engine.every_output, {contract.IMAGE: x})
     got = asyncio.run(engine.infer(engine.capsnet, x, engine.every_output))  # the iterations sliced too
-    assert engine.run_rows == 32
+    assert engine.run_rows == 16
     for name, expected in zip(engine.every_output, want, strict=True):
         np.testing.assert_allclose(got[name], expected, atol=1e-6, err_msg=name)
     outputs = memory.in_slices(lambda y: [y * 2, y[:, 0]], x, 7)
@@ -43,9 +43,9 @@ def test_slices_answer_as_one_run(engine, mnist_fixture):
     np.testing.assert_array_equal(outputs[1], x[:, 0])
 
 
-def test_a_run_holds_the_votes_of_32_mnist_images(engines):
+def test_a_run_holds_the_votes_of_16_mnist_images(engines):
     rows = {engine.name: engine.run_rows for engine in engines}
-    assert rows == {"mnist": 32, "fashion-mnist": 32, "multimnist": 11, "affine": 8}
+    assert rows == {"mnist": 16, "fashion-mnist": 16, "multimnist": 5, "affine": 4}
 
 
 def test_a_worker_with_every_model_stays_under_500_mb():

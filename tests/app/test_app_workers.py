@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 
+from app import memory
 from benchmarks.harness import (
     MULTIPART,
     connections,
@@ -155,4 +156,7 @@ def test_a_worker_that_cannot_load_stops_the_server(tmp_path):
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"cannot serve the models: worker \d+ could not load them \(its line above says why\)", last)
-    assert re.search(r"worker \d+ cannot serve model one \(.*\): warm-up failed: .*Got: 32", proc.stderr), proc.stderr
+    rows = memory.rows_per_run(contract.NUM_PRIMARY)  # the warm-up's batch, in runs of this many images
+    assert re.search(rf"worker \d+ cannot serve model one \(.*\): warm-up failed: .*Got: {rows}", proc.stderr), (
+        proc.stderr
+    )
