@@ -327,6 +327,18 @@ def bare_session_run(base: str) -> dict:
     return out
 
 
+def scaled_rows(rows: list[dict], key: str, images_per_s: float | None = None) -> list[str]:
+    """Markdown rows of the workers' or replicas' table (`key`), with req/s over the bare images/s if given."""
+    lines = []
+    for r in rows:
+        rounds = ", ".join(map(str, r["rps_rounds"]))
+        cells = [r[key], r["include"], r["clients"], r["p50_ms"], r["p99_ms"], f"{r['rps']} ({rounds})"]
+        if images_per_s:
+            cells.append(round(r["rps"] / images_per_s, 3))
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
+
+
 def markdown(report: dict) -> str:
     bare = report["bare_session_run"]
     lines = [
@@ -358,12 +370,7 @@ def markdown(report: dict) -> str:
         "| workers | include | clients | p50 ms | p99 ms | req/s (each round) | req/s / bare images/s |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for r in report["workers"]:
-        rounds = ", ".join(map(str, r["rps_rounds"]))
-        lines.append(
-            f"| {r['workers']} | {r['include']} | {r['clients']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} "
-            f"({rounds}) | {round(r['rps'] / images_per_s, 3)} |"
-        )
+    lines += scaled_rows(report["workers"], "workers", images_per_s)
     if report["ray"]:
         lines += [
             "",
@@ -372,13 +379,8 @@ def markdown(report: dict) -> str:
             "",
             "| replicas | include | clients | p50 ms | p99 ms | req/s (each round) |",
             "|---:|---|---:|---:|---:|---:|",
+            *scaled_rows(report["ray"], "replicas"),
         ]
-        for r in report["ray"]:
-            rounds = ", ".join(map(str, r["rps_rounds"]))
-            lines.append(
-                f"| {r['replicas']} | {r['include']} | {r['clients']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} "
-                f"({rounds}) |"
-            )
     lines += ["", "Targets (issue 23):", "", "| figure | measured | target | met |", "|---|---:|---|---|"]
     lines += [f"| {t['figure']} | {t['measured']} | {t['target']} | {MET[t['met']]} |" for t in report["targets"]]
     return "\n".join(lines) + "\n"
