@@ -202,15 +202,20 @@ def fit_surface(x: np.ndarray) -> np.ndarray:
     return surface
 
 
-def otsu(values: np.ndarray, bins: int = 64) -> float:
-    """Otsu's threshold (1979): the cut of the histogram with the largest between-class variance. The
-    histogram is np.histogram(values, bins)'s (its edges in the values' dtype, a value on an edge in the bin
-    above, the top edge in the last bin), without its checks."""
+def histogram(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.histogram(values, bins) without its checks: its edges in the values' dtype, a value on an edge in
+    the bin above it, the top edge in the last bin, a range of one value widened by 0.5 each way."""
     low, high = values.min(), values.max()
-    if low == high:  # as np.histogram widens a range of one value
+    if low == high:
         low, high = low - 0.5, high + 0.5
-    edges = np.linspace(low, high, bins + 1, dtype=np.result_type(low, high, values))  # np.histogram's edges
+    edges = np.linspace(low, high, bins + 1, dtype=np.result_type(low, high, values))
     counts = np.bincount(np.minimum(np.searchsorted(edges, values, "right") - 1, bins - 1), minlength=bins)
+    return counts, edges
+
+
+def otsu(values: np.ndarray, bins: int = 64) -> float:
+    """Otsu's threshold (1979): the cut of the histogram with the largest between-class variance."""
+    counts, edges = histogram(values, bins)
     centres = (edges[:-1] + edges[1:]) / 2
     w0 = np.cumsum(counts)[:-1]
     w1 = values.size - w0
