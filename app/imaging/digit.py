@@ -40,9 +40,11 @@ def stroke_width(ink: np.ndarray) -> float:
         return float(min(mask.shape))
     distance = cv2.distanceTransform(mask.view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
     # each distance is the root of a whole number of px²; OpenCV's float32 ones are off by up to 1e-6,
-    # which would break the ties of the local-maximum test below: snapped to their exact roots
-    distance = np.sqrt(np.rint(np.square(distance, dtype=np.float64)))
+    # which would break the ties of the local-maximum test below: snapped to the float32 roots (equal
+    # whole numbers, equal roots), and the maxima to their float64 roots, scipy's
+    distance = np.sqrt(np.rint(distance * distance))
     radii = distance[(distance > 0) & (distance >= cv2.dilate(distance, SQUARE3))]  # 3x3 local maxima
+    radii = np.sqrt(np.rint(np.square(radii, dtype=np.float64)))
     if not radii.size:
         return 0.0
     k = radii.size // 2  # twice the median, by one partial sort (np.median's bookkeeping costs more)

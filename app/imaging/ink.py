@@ -208,7 +208,9 @@ def histogram(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
     low, high = values.min(), values.max()
     if low == high:
         low, high = low - 0.5, high + 0.5
-    edges = np.linspace(low, high, bins + 1, dtype=np.result_type(low, high, values))
+    dtype = np.result_type(low, high, values)
+    edges = np.arange(bins + 1, dtype=dtype) * ((high - low) / dtype.type(bins)) + low  # np.linspace's arithmetic
+    edges[-1] = high
     counts = np.bincount(np.minimum(np.searchsorted(edges, values, "right") - 1, bins - 1), minlength=bins)
     return counts, edges
 
