@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import REPO, machine
+from benchmarks.harness import REPO, machine, rss_mb
 from benchmarks.serve_bench import write_report
 from model.contract import NUM_PRIMARY
 
@@ -53,31 +53,19 @@ VARIANTS = (
     Variant("arena off", arena="off", trim=True),
     Variant("arena shrunk after every run", shrink=True, trim=True),
     Variant("one arena per process", arena="shared", trim=True),
-    Variant("one arena, runs of 64 MNIST images' votes", arena="shared", run_primary=64 * NUM_PRIMARY, trim=True),
-    Variant(
-        "one arena, runs of 64 MNIST images' votes, no memory pattern",
-        arena="shared",
-        run_primary=64 * NUM_PRIMARY,
-        mem_pattern=False,
-        trim=True,
-    ),
-    Variant("one arena, runs of 32 MNIST images' votes", arena="shared", run_primary=32 * NUM_PRIMARY, trim=True),
-    Variant(
-        "one arena, runs of 32 MNIST images' votes, no memory pattern",
-        arena="shared",
-        run_primary=32 * NUM_PRIMARY,
-        mem_pattern=False,
-        trim=True,
+    *(
+        Variant(
+            f"one arena, runs of {images} MNIST images' votes{'' if pattern else ', no memory pattern'}",
+            arena="shared",
+            run_primary=images * NUM_PRIMARY,
+            mem_pattern=pattern,
+            trim=True,
+        )
+        for images in (64, 32, 16)
+        for pattern in (True, False)
     ),
     Variant("the service (app/memory.py)", served=True),
 )
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 def raw_runners(variant: Variant, threads: int) -> dict[str, tuple[Run, Run, int]]:

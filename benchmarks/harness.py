@@ -1,7 +1,7 @@
 """What the benchmarks and the tests share to run the service as a user does: a free port, the API
 started as its own process and waited for, an image as PNG bytes, an upload's multipart body, the
 machine in words, and, for several workers, hey's answers and errors, the workers that /metrics lists
-and a process's CPU time and connections. Written once here; nothing in it imports torch or the app.
+and a process's resident memory, CPU time and connections. Written once here; nothing in it imports torch or the app.
 """
 
 import contextlib
@@ -129,6 +129,14 @@ def workers_ready(url: str) -> set[int]:
     ready = [s for s in samples if s.name == "capsnet_model_ready" and "pid" in s.labels]
     pids = {int(s.labels["pid"]) for s in ready}
     return {pid for pid in pids if all(s.value == 1 for s in ready if int(s.labels["pid"]) == pid)}
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """A process's resident memory in MB (/proc/PID/status VmRSS); this process's by default."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -43,6 +43,7 @@ from benchmarks.harness import (
     hey_outcomes,
     machine,
     multipart,
+    rss_mb,
     start_api,
     workers_ready,
 )
@@ -51,13 +52,6 @@ from benchmarks.serve_bench import digit_png
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "reliability.json"
 ONE_PROCESS = {"CAPSNET_PROVIDERS": "CPUExecutionProvider", "CAPSNET_WORKERS": "1"}
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 async def fire(url: str, body: bytes, clients: int, total: int | None = None, until: float | None = None):
