@@ -7,7 +7,7 @@ EPOCHS  ?= 10
 API_PORT ?= 8000
 DEMO_PORT ?= 7860
 
-.PHONY: install install-ray lint test demo serve train export fetch bench docker-smoke clean
+.PHONY: install install-ray lint test demo serve train export fetch bench docker-smoke campaign-preflight clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,9 @@ fetch: $(BIN)/python           ## download and verify MNIST into data/mnist
 
 train: fetch                   ## train a CapsNet (EPOCHS=10 by default)
 	$(BIN)/python -m training.train --epochs $(EPOCHS)
+
+campaign-preflight: $(BIN)/python  ## the GPU campaign's whole cycle on the CPU, every run of the plan (docs/training/campaign.md)
+	$(BIN)/python -m training.campaign preflight
 
 export: $(BIN)/python          ## export runs/mnist/best.pt to models/mnist/ (graphs and card)
 	$(BIN)/python -m training.export

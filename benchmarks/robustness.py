@@ -317,13 +317,16 @@ KINDS = {
 }
 
 
-def generate(kinds: list[str], n: int, seed: int, photo_size=PHOTO_SIZE) -> Iterator[tuple[str, Sample]]:
-    """(kind, Sample) for every image of the suite; each kind has its own stream of the seed. A
-    smaller photo_size makes smaller photos of the same kind (the tests' committed sample)."""
-    from training.data import read_idx  # the benchmark may use torch; the serving path may not
+def generate(
+    kinds: list[str], n: int, seed: int, photo_size=PHOTO_SIZE, mnist_dir: Path = MNIST_DIR
+) -> Iterator[tuple[str, Sample]]:
+    """(kind, Sample) for every image of the suite, made from mnist_dir's test digits; each kind has its
+    own stream of the seed. A smaller photo_size makes smaller photos of the same kind (the tests' committed
+    sample)."""
+    from training.data import load  # the benchmark may use torch; the serving path may not
 
-    images = read_idx(MNIST_DIR / "t10k-images-idx3-ubyte.gz")
-    labels = read_idx(MNIST_DIR / "t10k-labels-idx1-ubyte.gz")
+    test = load(mnist_dir, val_size=0)["test"]
+    images, labels = test.images.numpy(), test.labels.numpy()
     for _k, kind in enumerate(kinds):
         rng = np.random.default_rng([seed, list(KINDS).index(kind)])
         make = mnist_kind(partial(_photo, size=photo_size)) if kind == "photo" else KINDS[kind]
@@ -376,10 +379,16 @@ def answer(read: Callable[[bytes], int], data: bytes) -> int:
 
 
 def run(
-    kinds: list[str], n: int, seed: int, read: Callable[[bytes], int], save: Path | None, photo_size=PHOTO_SIZE
+    kinds: list[str],
+    n: int,
+    seed: int,
+    read: Callable[[bytes], int],
+    save: Path | None,
+    photo_size=PHOTO_SIZE,
+    mnist_dir: Path = MNIST_DIR,
 ) -> dict:
     per_kind: dict[str, dict] = {k: {"n": 0, "correct": 0, "errors": []} for k in kinds}
-    for kind, sample in generate(kinds, n, seed, photo_size):
+    for kind, sample in generate(kinds, n, seed, photo_size, mnist_dir):
         if save:
             (save / kind).mkdir(parents=True, exist_ok=True)
             (save / kind / sample.name).write_bytes(sample.data)

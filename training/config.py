@@ -28,6 +28,8 @@ class TrainConfig:
     stroke_jitter: float = 0.0  # probability of a 1 px dilation or erosion
     elastic_alpha: float = 0.0  # px of elastic displacement (0: off)
     elastic_sigma: float = 4.0  # px, smoothing of the elastic field
+    hflip: float = 0.0  # probability of a horizontal flip (garments; never digits)
+    low_res: float = 0.0  # probability that a digit is seen as a coarse scan (data.low_resolution)
     train_limit: int = 0  # use only the first N training images (0: all)
     val_size: int = data.VAL_SIZE  # training images held out for selection; 0: train on all 60,000
     # --- optimisation (section 5 and the official code: Adam, exponential decay, batch 128)
@@ -54,6 +56,10 @@ class TrainConfig:
     log_every: int = 50  # steps between progress lines (the only host syncs of an epoch)
     out: str = "runs/mnist"  # OUT/last.pt (resumable), OUT/best.pt, OUT/metrics.json, OUT/curves.png
     resume: bool = False  # continue from OUT/last.pt: weights, optimiser, schedule and data stream
+    init: str = ""  # a checkpoint whose weights start the run (optimiser and schedule fresh, at lr)
+    deadline: float = 0.0  # Unix time by which the run has ended, checkpoint written: no epoch is begun
+    #                        that the last one's duration says would pass it (0: none)
+    stop_at: float = 0.0  # end after the first validated epoch with at least this validation accuracy (0: never)
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -63,14 +69,27 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if min(self.rotate, self.scale, self.shear, self.stroke_jitter, self.elastic_alpha) < 0 or self.scale >= 1:
             raise ValueError("augmentation bounds cannot be negative, and scale must stay below 1")
-        if self.val_size < 0 or self.train_limit < 0 or self.time_limit < 0:
-            raise ValueError("val_size, train_limit and time_limit cannot be negative")
+        if not (0 <= self.hflip <= 1 and 0 <= self.low_res <= 1):
+            raise ValueError("hflip and low_res are probabilities, in [0, 1]")
+        if self.val_size < 0 or self.train_limit < 0 or self.time_limit < 0 or self.deadline < 0:
+            raise ValueError("val_size, train_limit, time_limit and deadline cannot be negative")
+        if not 0 <= self.stop_at <= 1:
+            raise ValueError(f"stop_at is a validation accuracy in [0, 1], got {self.stop_at}")
+        if self.stop_at and not self.val_size:
+            raise ValueError("stop_at needs a validation split (val_size > 0)")
 
 
 def augment(config: TrainConfig) -> data.Augment:
     """The run's augmentations beyond the paper's shift (data.Augment)."""
     return data.Augment(
-        config.rotate, config.scale, config.shear, config.stroke_jitter, config.elastic_alpha, config.elastic_sigma
+        config.rotate,
+        config.scale,
+        config.shear,
+        config.stroke_jitter,
+        config.elastic_alpha,
+        config.elastic_sigma,
+        config.hflip,
+        config.low_res,
     )
 
 

@@ -202,14 +202,20 @@ class Augment:
     stroke: float = 0.0  # probability that an image is dilated or eroded (half each) by one pixel
     elastic_alpha: float = 0.0  # px of elastic displacement (Simard et al. 2003, ICDAR; 34 at 28x28 there)
     elastic_sigma: float = 4.0  # px, the Gaussian smoothing of the displacement field
+    hflip: float = 0.0  # probability that an image is mirrored left to right (garments; a digit would change)
+    low_res: float = 0.0  # probability that an image is seen as a coarse scan (low_resolution)
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        if self.hflip:
+            x = random_hflip(x, self.hflip, generator)
         if self.rotate or self.scale or self.shear:
             x = random_affine(x, self.rotate, self.scale, self.shear, generator)
         if self.stroke:
             x = random_stroke(x, self.stroke, generator)
         if self.elastic_alpha:
             x = elastic(x, self.elastic_alpha, self.elastic_sigma, generator)
+        if self.low_res:
+            x = low_resolution(x, self.low_res, generator)
         return x
 
 
@@ -235,6 +241,38 @@ def random_affine(
     )  # (B, 2, 3)
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def random_hflip(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Each image mirrored left to right with probability p."""
+    u = torch.rand(x.shape[0], 1, 1, 1, device=x.device, generator=generator)
+    return torch.where(u < p, x.flip(-1), x)
+
+
+LOW_RES_SIDES = (7, 14)  # px: the coarse grid a 28x28 frame is averaged to (its 20 px digit then spans 5-10)
+LOW_RES_LEVELS = (5, 17)  # grey levels of the coarse scan (17: UCI optdigits' counts 0-16)
+
+
+def low_resolution(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """With probability p per image, what a coarse scan of the image looks like once scaled back up:
+    averaged over a k x k grid (k uniform in LOW_RES_SIDES), its grey quantised to L levels (L uniform in
+    LOW_RES_LEVELS), then scaled back bilinearly to its size, the blur of blocky pixels resampled.
+
+    NOT in the paper: handwriting scanned at 8x8 by other pens (e.g. UCI optdigits) reaches the service
+    this way, and a model that never saw a digit drawn at that resolution reads it worse. One
+    interpolation per side in the batch; no per-image Python.
+    """
+    B = x.shape[0]
+    u = torch.rand(B, device=x.device, generator=generator)
+    side = torch.randint(LOW_RES_SIDES[0], LOW_RES_SIDES[1] + 1, (B,), device=x.device, generator=generator)
+    levels = torch.randint(LOW_RES_LEVELS[0], LOW_RES_LEVELS[1] + 1, (B, 1, 1, 1), device=x.device, generator=generator)
+    steps = (levels - 1).to(x.dtype)
+    coarse = torch.zeros_like(x)
+    for k in range(LOW_RES_SIDES[0], LOW_RES_SIDES[1] + 1):  # a few sizes, each the whole batch at once
+        scan = torch.round(F.adaptive_avg_pool2d(x, k) * steps) / steps
+        seen = F.interpolate(scan, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        coarse = torch.where((side == k).view(B, 1, 1, 1), seen, coarse)
+    return torch.where((u < p).view(B, 1, 1, 1), coarse, x)
 
 
 def random_stroke(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -103,7 +103,9 @@ class FontMix(Task):
         n_plain = round((1 - self.augment_mnist) * (len(idx) - n_fonts))  # MNIST as the model learnt it
         device = self.train.images.device
         mnist = torch.randint(len(self.train), (len(idx) - n_fonts,), device=device, generator=generator)
-        typed = torch.randint(len(self.fonts), (n_fonts,), device=device, generator=generator)
+        typed = torch.randint(
+            max(1, len(self.fonts)), (n_fonts,), device=device, generator=generator
+        )  # n_fonts 0: none
         images = torch.cat([self.train.images[mnist], self.fonts.images[typed]])  # (B, 28, 28) uint8
         labels = torch.cat([self.train.labels[mnist], self.fonts.labels[typed]])
         x = data.to_float(images)
@@ -118,6 +120,8 @@ class FontMix(Task):
     def validate(self, model: nn.Module) -> dict:
         assert isinstance(model, CapsNet)
         mnist = evaluate(model, self.val, self.eval_batch_size)
+        if len(self.font_val) == 0:  # no fonts were installed where the bank was rendered
+            return {"acc": mnist["accuracy"], "loss": mnist["loss"]}
         typed = evaluate(model, self.font_val, self.eval_batch_size)
         return {"acc": mnist["accuracy"], "loss": mnist["loss"], "fonts_acc": typed["accuracy"]}
 

@@ -16,7 +16,12 @@ validated) and a TrainConfig; fit() does the rest the same way for all of them:
   resume needs, best.pt only the weights and the configs. Without a validation split (val_size 0)
   the last epoch is the one kept;
 - an optional time limit (config.time_limit): the epoch that passes it becomes the last one, and
-  best.pt records how many epochs ran (`epochs_run`) beside the planned count.
+  best.pt records how many epochs ran (`epochs_run`) beside the planned count; an optional deadline
+  (config.deadline, a wall-clock time, a GPU lease's end): no epoch is begun that the last epoch's
+  duration, validation included, says would end past it;
+- optional starting weights (config.init: a checkpoint's, optimiser fresh) and an optional target
+  (config.stop_at: the run ends at the first validated epoch that reaches it, as section 5.2's
+  models were stopped at a set accuracy).
 """
 
 import json
@@ -213,10 +218,12 @@ def save_curves(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def _out_of_time(config: TrainConfig, seconds: float, device: str, world: int) -> bool:
-    """Whether the time limit has passed; under DDP rank 0's clock decides for every rank."""
+def _out_of_time(config: TrainConfig, seconds: float, epoch_cost: float, device: str, world: int) -> bool:
+    """Whether the time limit has passed, or what is left to do before another epoch is over (epoch_cost
+    seconds) would end past the deadline; under DDP rank 0's clock decides for every rank."""
     over = config.time_limit > 0 and seconds >= config.time_limit
-    if world == 1 or not config.time_limit:
+    over = over or (config.deadline > 0 and time.time() + epoch_cost >= config.deadline)
+    if world == 1 or not (config.time_limit or config.deadline):
         return over
     flag = torch.tensor(float(over), device=device)
     dist.broadcast(flag, 0)
@@ -230,6 +237,8 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
     rank 0 validates, checkpoints and logs. Writes config.out/{last.pt, best.pt, metrics.json, curves.png}.
     """
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    if config.stop_at and world > 1:
+        raise ValueError("stop_at is decided on rank 0's validation: train in one process")
     master, device, out = rank == 0, config.device, Path(config.out)
     setup_backends(device)
     is_cuda = device.startswith("cuda")
@@ -247,6 +256,11 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
     run = Run(precision=precision, hardware=hardware(device, world), images_per_epoch=steps * config.batch_size * world)
     start = 1
     best_state, best_acc = None, -math.inf
+    if config.init and not config.resume:
+        start_weights = torch.load(config.init, map_location=device, weights_only=True)
+        model.load_state_dict(start_weights["model"])  # fp16 weights (tools.compact) load into fp32 parameters
+        if master:
+            log(f"starting from the weights of {config.init} (optimiser fresh, lr {config.lr:g})")
     if config.resume:
         ckpt = torch.load(out / "last.pt", map_location=device, weights_only=True)
         model.load_state_dict(ckpt["model"])
@@ -297,7 +311,7 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
         }
 
     began = time.perf_counter()
-    epoch = start - 1
+    epoch, val_seconds = start - 1, 0.0
     for epoch in range(start, config.epochs + 1):
         net.train()
         t0 = time.perf_counter()
@@ -322,7 +336,8 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         run.train_seconds += seconds
-        last = epoch == config.epochs or _out_of_time(config, time.perf_counter() - began, device, world)
+        cost = seconds + 2 * val_seconds  # this epoch's validation, then one more epoch with its own
+        last = epoch == config.epochs or _out_of_time(config, time.perf_counter() - began, cost, device, world)
         if not (last or epoch % config.eval_every == 0):
             continue
         rng = _rng_states(gens, world)  # a collective: every rank takes part
@@ -342,8 +357,10 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
             "train_images": run.images_per_epoch,
             "train_images_per_s": run.images_per_epoch / seconds,
         }
+        t_val = time.perf_counter()
         with amp:
             val = task.validate(model)
+        val_seconds = time.perf_counter() - t_val
         if val is not None:
             record.update({f"val_{k}": v for k, v in val.items()})
         run.history.append(record)
@@ -367,7 +384,7 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
         if keep:  # now, so that a run cut off later (and its --resume) still has it
             torch.save({**common, "model": state}, out / "best.pt")
         (out / "metrics.json").write_text(json.dumps(run.history, indent=2))
-        if last:
+        if last or (config.stop_at and val is not None and val["acc"] >= config.stop_at):
             break
 
     run.epochs_run = epoch

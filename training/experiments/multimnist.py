@@ -128,22 +128,33 @@ def pair_loss(
     return loss, lengths
 
 
+def scale_pairs(parts: torch.Tensor, scale: float, generator: torch.Generator) -> torch.Tensor:
+    """Each pair's two digits (B, 2, H, W) scaled together about the canvas centre by one factor uniform in
+    [1 - scale, 1 + scale] (data.random_affine on both channels): drawn pairs come in every size.
+    NOT in the paper, whose pairs are all of MNIST's size."""
+    return data.random_affine(parts, 0.0, scale, 0.0, generator)
+
+
 class PairTask(Task):
     """Section 6's training for fit(): every training digit once per epoch, each time overlaid on a
-    fresh partner with fresh shifts; validated on fixed pairs of the validation digits.
+    fresh partner with fresh shifts (and, with scale, the pair scaled: scale_pairs); validated on
+    fixed pairs of the validation digits.
 
     NOTE the loss calls forward_features and the decoder directly (two reconstructions per image),
     so the task is for one process; DistributedDataParallel only syncs through forward().
     """
 
-    def __init__(self, splits: dict[str, data.Split], seed: int):
-        self.train, self.val, self.seed = splits["train"], splits["val"], seed
+    def __init__(self, splits: dict[str, data.Split], seed: int, scale: float = 0.0):
+        self.train, self.val, self.seed, self.scale = splits["train"], splits["val"], seed, scale
         self.train_size = len(self.train)
         self.index = ClassIndex.of(self.train.labels)
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
         p = make_pairs(self.train, idx, generator, index=self.index)
-        return Batch(p.images, p.labels, p.parts)
+        if not self.scale:
+            return Batch(p.images, p.labels, p.parts)
+        parts = scale_pairs(p.parts, self.scale, generator)
+        return Batch(parts.sum(1, keepdim=True).clamp(max=1.0), p.labels, parts)
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> StepOut:
         assert isinstance(model, CapsNet), "PairTask is for one process: pair_loss needs the CapsNet, not a DDP wrapper"

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from training.campaign import ledger
 from training.experiments import common
 
 ORDER = ("mnist", "multimnist", "affine", "ablation", "fashion")  # the order; others follow by name
@@ -102,6 +103,19 @@ def render_doc(records: list[dict]) -> str:
             ]
         if "model_card" in rec:
             parts += ["", f"Shipped model and card: `{Path(rec['model_card']).parent}/`"]
+    parts += [
+        "",
+        '<a id="campaign"></a>',
+        "",
+        "## The GPU campaign: every run of the plan beside its target",
+        "",
+        "From the ledger (`training/campaign/ledger.json`), which `python -m training.campaign ship` writes "
+        "after each GPU window: GPU-minutes are the wall-clock minutes of a run's process (compilation and "
+        "test included), images seen are summed over windows. How a window is run: "
+        "[training/campaign.md](training/campaign.md).",
+        "",
+        ledger.table(ledger.read()),
+    ]
     return "\n".join(parts) + "\n"
 
 

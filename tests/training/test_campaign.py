@@ -1,0 +1,163 @@
+"""The GPU campaign, proven on the CPU: the whole cycle (pack -> launch -> status -> collect -> ship) on the
+fixtures with tiny budgets, one run of each kind and model of the plan; and the parts it relies on."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from model.capsnet import CapsNet, CapsNetConfig
+from tests.training.conftest import write_idx_dir
+from training import data
+from training.baselines import PairCNN, PaperCNN, num_params
+from training.campaign import collect, ledger, pack, plan
+from training.campaign.__main__ import preflight
+from training.config import TrainConfig
+from training.fit import fit
+from training.train import ShiftedDigits, load_splits
+
+# one run per code path of runs.py: each kind, each affine model, a started and a fresh run, EM routing
+PREFLIGHT = [
+    "multimnist",
+    "multimnist-cnn",
+    "mnist-flagship",
+    "affine-capsnet-s0",
+    "affine-paper-cnn-s0",
+    "affine-pooled-cnn-s0",
+    "mnist-paper-s0",
+    "fashion",
+    "em",
+]
+
+
+@pytest.fixture(scope="module")
+def data_dirs(idx_dir, tmp_path_factory):
+    with np.load("tests/fixtures/fashion_test_200.npz") as f:
+        fashion = f["images"], f["labels"]
+    root = tmp_path_factory.mktemp("fashion")
+    return {"mnist": idx_dir, "fashion-mnist": write_idx_dir(root, {"train": fashion, "test": fashion})}
+
+
+def test_preflight_runs_the_whole_cycle_on_the_cpu(data_dirs, tmp_path):
+    """Every kind of run trains, tests and writes its result as its own detached process; collect brings the
+    weights of the runs that can ship in parts under the call's limits; ship exports them, measures them
+    beside the shipped graphs and records every run in the ledger."""
+    lines = []
+    decisions = preflight(data_dirs, tmp_path, names=PREFLIGHT, log=lines.append)
+    assert set(decisions) == {s.name for s in plan.by_name(PREFLIGHT) if s.ships}
+    for decision in decisions.values():
+        assert 0 <= decision["candidate"] <= 100 and 0 <= decision["shipped"] <= 100
+        assert decision["replaced"] == (
+            decision["candidate"] > decision["shipped"] and not decision.get("robustness_fell")
+        )
+    for name in PREFLIGHT:
+        result = json.loads((tmp_path / "work" / name / "result.json").read_text())
+        assert result["epochs_run"] == 2 and result["images_seen"] > 0 and result["test"]
+    started = json.loads((tmp_path / "work" / "multimnist" / "result.json").read_text())["started_from"]
+    assert started["model"] == "multimnist" and len(started["version"]) == 12
+    out = tmp_path / "out-1"
+    files = list(out.iterdir())
+    assert len(files) <= collect.MAX_FILES and sum(f.stat().st_size for f in files) <= 64 * 2**20
+    assert all(f.stat().st_size <= 16 * 2**20 for f in files)
+    book = json.loads((tmp_path / "ledger.json").read_text())
+    assert set(book["runs"]) == set(PREFLIGHT)
+    assert book["runs"]["fashion"]["windows"] == 1 and book["runs"]["fashion"]["log"][0]["shipped"] is not None
+    assert "not yet run" not in ledger.table(book).split("| fashion |")[1].splitlines()[0]
+
+
+def test_pack_cuts_loads_in_the_order_the_plan_needs_them(data_dirs, tmp_path):
+    loads = pack.pack(tmp_path / "pack", data_dirs, names=["multimnist", "fashion"], load_mib=30, log=lambda _: None)
+    manifest = json.loads((loads[0] / pack.MANIFEST).read_text())
+    items = [i for d in loads for i in manifest["loads"][d.name]["items"]]
+    assert items == ["data/mnist", "start/multimnist.pt", "data/fashion-mnist", "start/fashion-mnist.pt"]
+    assert len(loads) == 2 and all(pack.size(d) <= 30 * 2**20 for d in loads)
+    start = torch.load(loads[0] / "start" / "multimnist.pt", weights_only=True)
+    assert all(v.dtype == torch.float16 for v in start["model"].values() if v.is_floating_point())
+    CapsNet(CapsNetConfig(**start["config"])).load_state_dict(start["model"])  # strict: every weight is there
+
+
+def test_the_plan_names_its_runs_once_and_each_kind_is_known():
+    from training.campaign.runs import KINDS
+
+    names = [s.name for s in plan.PLAN]
+    assert len(names) == len(set(names))
+    assert {s.kind for s in plan.PLAN} <= set(KINDS)
+    assert all(s.ships in (None, *plan.STARTS) and s.start in (None, *plan.STARTS) for s in plan.PLAN)
+    with pytest.raises(ValueError, match="no run named"):
+        plan.by_name(["mnist-typo"])
+
+
+def test_the_baselines_have_the_papers_parameter_counts():
+    """Section 5's CNN: 35.4M at 28x28; section 6's: 24.56M at 36x36."""
+    assert round(num_params(PaperCNN(28)) / 1e6, 1) == 35.4
+    assert round(num_params(PairCNN(36)) / 1e6, 2) == 24.56
+    logits = torch.tensor([[5.0, 4.0, -3.0] + [-9.0] * 7])
+    assert PairCNN.pair_loss(logits, torch.tensor([[0, 1]])) < PairCNN.pair_loss(logits, torch.tensor([[2, 3]]))
+
+
+def _config(idx_dir, tmp_path, **kw) -> TrainConfig:
+    return TrainConfig(
+        data_dir=str(idx_dir),
+        train_limit=64,
+        val_size=32,
+        batch_size=16,
+        eval_batch_size=32,
+        device="cpu",
+        precision="fp32",
+        out=str(tmp_path),
+        log_every=100,
+        **kw,
+    )
+
+
+def _fit(config: TrainConfig):
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig())
+    splits = load_splits(config)
+    return model, fit(model, ShiftedDigits(splits, 2, 32), config, log=lambda _: None)
+
+
+def test_a_deadline_ends_the_run_before_it_passes(idx_dir, tmp_path):
+    """An epoch is not begun that the last one's duration says would end past the deadline: the run ends
+    validated and checkpointed, with time to spare, long before its 50 planned epochs."""
+    deadline = time.time() + 20
+    _, run = _fit(_config(idx_dir, tmp_path, epochs=50, deadline=deadline))
+    assert 1 <= run.epochs_run < 50
+    assert time.time() < deadline + 5  # the last epoch's duration is the estimate: at most one epoch over
+    assert (tmp_path / "best.pt").exists() and (tmp_path / "last.pt").exists()
+
+
+def test_stop_at_ends_the_run_at_the_first_epoch_that_reaches_it(idx_dir, tmp_path):
+    _, run = _fit(_config(idx_dir, tmp_path, epochs=5, stop_at=0.01))  # any epoch reaches 1%
+    assert run.epochs_run == 1 and run.kept_epoch == 1
+    with pytest.raises(ValueError, match="validation split"):
+        TrainConfig(stop_at=0.5, val_size=0)
+
+
+def test_init_starts_from_a_checkpoints_weights(idx_dir, tmp_path):
+    torch.manual_seed(1)
+    start = CapsNet(CapsNetConfig())
+    weights = {k: v.half() for k, v in start.state_dict().items()}  # a compact checkpoint's fp16
+    torch.save({"model": weights}, tmp_path / "start.pt")
+    config = _config(idx_dir, tmp_path / "run", epochs=1, lr=0.0, lr_decay=1.0, init=str(tmp_path / "start.pt"))
+    model, _ = _fit(config)  # lr 0: the weights stay where they started
+    assert torch.equal(model.state_dict()["conv1.weight"], weights["conv1.weight"].float())
+
+
+def test_low_resolution_is_a_coarse_scan_scaled_back():
+    x = torch.zeros(64, 1, 28, 28)
+    x[:, :, 4:24, 10:18] = 1.0
+    out = data.low_resolution(x, 1.0, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and out.min() >= 0 and out.max() <= 1
+    assert (out != x).any(dim=(1, 2, 3)).all()  # every image changed: its edges blurred
+    assert torch.allclose(out.sum((1, 2, 3)), x.sum((1, 2, 3)), rtol=0.25)  # the ink stays about the same
+    assert torch.equal(data.low_resolution(x, 0.0, torch.Generator().manual_seed(0)), x)
+
+
+def test_hflip_mirrors_some_images():
+    x = torch.rand(200, 1, 28, 28)
+    out = data.random_hflip(x, 0.5, torch.Generator().manual_seed(0))
+    flipped = (out == x.flip(-1)).all(dim=(1, 2, 3))
+    assert 60 < flipped.sum() < 140 and torch.equal(out[~flipped], x[~flipped])

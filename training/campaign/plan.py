@@ -1,0 +1,138 @@
+"""The plan of a GPU window: every run, in the order of what its minutes buy, and what it aims at.
+
+A Spec is one training process on the GPU machine: what it trains (its kind, training/campaign/runs.py),
+the shipped model whose weights start it (or none: trained from its seed), its share of the window in
+wall-clock minutes (compilation and its test included), the settings it overrides in TrainConfig and
+CapsNetConfig, the target in words, and whether its weights come back to be shipped. The supervisor
+starts the runs in this order, SLOTS at a time; a run begins only while MIN_MINUTES are left.
+
+How many processes share one GPU: one compiled MNIST run alone trained 56,828 images/s on an H100
+where twelve at once trained 1,600-4,200 each (about 35,000 together): the models are small and
+launch-bound, so a few processes fill the GPU and many only take turns. SLOTS is 5; each run's
+images/s is in its status line and in the ledger, so the next window can set --slots from the last.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+SLOTS = 5  # runs at once on one GPU
+MIN_MINUTES = 3.0  # a queued run is not begun with less of the window left
+WINDOW_MINUTES = 24.0  # of a 30-minute lease: a cold start, the packing calls and the collecting calls take the rest
+
+# the shipped models a run can start from or replace (model folders under models/)
+STARTS = ("mnist", "multimnist", "fashion-mnist")
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str  # runs.KINDS: digits, flagship, pairs, pairs-cnn, affine
+    minutes: float  # wall-clock minutes at most, from its start (compilation and test included)
+    target: str  # what the run is for, in words (the results table's)
+    dataset: str = "mnist"
+    start: str | None = None  # a shipped model whose weights start it (packed as start/<name>.pt)
+    ships: str | None = None  # the shipped model it replaces when better (campaign ship)
+    model: str = "capsnet"  # affine: capsnet, pooled-cnn (training.experiments.affine) or paper-cnn
+    train: dict = field(default_factory=dict)  # TrainConfig fields
+    capsnet: dict = field(default_factory=dict)  # CapsNetConfig fields
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+LONG = {"epochs": 100_000, "eval_every": 1}  # the deadline ends these runs, each epoch validated
+
+PLAN: tuple[Spec, ...] = (
+    Spec(
+        "multimnist",
+        "pairs",
+        minutes=WINDOW_MINUTES,
+        target="≤ 8% error on 100 pairs per test digit after the first window, ≤ 5.2% (the paper) in the end",
+        start="multimnist",
+        ships="multimnist",
+        train={**LONG, "lr": 3e-4, "lr_decay": 0.995, "scale": 0.2},
+    ),
+    Spec(
+        "multimnist-cnn",
+        "pairs-cnn",
+        minutes=10,
+        target="the paper's section 6 baseline beside our CapsNet on the same pairs (paper: 8.1% error)",
+        train={**LONG, "lr": 1e-3, "lr_decay": 0.98},
+    ),
+    Spec(
+        "mnist-flagship",
+        "flagship",
+        minutes=14,
+        target="≥ 99.75% MNIST test accuracy; ships only reading the robustness suite at least as well",
+        start="mnist",
+        ships="mnist",
+        train={
+            **LONG,
+            "lr": 2e-4,
+            "lr_decay": 0.97,
+            "rotate": 10.0,
+            "scale": 0.1,
+            "shear": 10.0,
+            "stroke_jitter": 0.2,
+            "elastic_alpha": 16.0,
+            "low_res": 0.3,
+        },
+    ),
+    *(
+        Spec(
+            f"affine-{model}-s{seed}",
+            "affine",
+            minutes=4,
+            target="section 5.2: stopped at 99.2% on translated validation digits, then affNIST-like accuracy; "
+            "CapsNet − CNN over 3 seeds (paper: +13 points)",
+            model=model,
+            train={**LONG, "lr": 1e-3, "lr_decay": 0.96, "seed": seed, "stop_at": 0.992},
+        )
+        for seed in (0, 1, 2)
+        for model in ("capsnet", "paper-cnn", "pooled-cnn")
+    ),
+    *(
+        Spec(
+            f"mnist-paper-s{seed}",
+            "digits",
+            minutes=7,
+            target="the paper's recipe (±2 px shifts only): mean ≥ 99.70% over 3 seeds (paper: 99.75%)",
+            train={**LONG, "lr": 1e-3, "lr_decay": 0.98, "seed": seed},
+        )
+        for seed in (0, 1, 2)
+    ),
+    Spec(
+        "fashion",
+        "digits",
+        minutes=10,
+        target="≤ 7.0% Fashion-MNIST test error (a public CapsNet: 6.45%)",
+        dataset="fashion-mnist",
+        start="fashion-mnist",
+        ships="fashion-mnist",
+        train={**LONG, "lr": 3e-4, "lr_decay": 0.98, "hflip": 0.5},
+    ),
+    Spec(
+        "em",
+        "digits",
+        minutes=8,
+        target="EM routing ≤ 1.0% MNIST test error",
+        train={**LONG, "lr": 1e-3, "lr_decay": 0.98},
+        capsnet={"routing": "em"},
+    ),
+)
+
+
+# --- preflight: every run of the plan, on the CPU, in seconds ---------------------------------------
+
+SMOKE_TRAIN = {"train_limit": 96, "val_size": 32, "batch_size": 16, "eval_batch_size": 32, "log_every": 2}
+SMOKE_TEST = 50  # test images (or pairs) the preflight measures
+
+
+def by_name(names: list[str] | None = None) -> list[Spec]:
+    """The plan's specs, or those named, in the plan's order; an unknown name is an error."""
+    if not names:
+        return list(PLAN)
+    known = {s.name: s for s in PLAN}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no run named {', '.join(unknown)} in the plan; it has {', '.join(known)}")
+    return [s for s in PLAN if s.name in names]
