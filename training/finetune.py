@@ -97,6 +97,28 @@ class FontMix(Task):
         self.augment_mnist = augment_mnist
         self.augment, self.eval_batch_size = augment, eval_batch_size
 
+    @classmethod
+    def of(
+        cls,
+        splits: dict[str, data.Split],
+        bank: data.Split,
+        font_val: data.Split,
+        tune: "FineTuneConfig",
+        config: TrainConfig,
+    ) -> "FontMix":
+        """The mix that tune and config describe."""
+        return cls(
+            splits,
+            bank,
+            font_val,
+            tune.font_share,
+            tune.augment_mnist,
+            tune.epoch_images,
+            config.max_shift,
+            augment(config),
+            config.eval_batch_size,
+        )
+
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
         # NOTE idx only sets the batch size: the images are drawn at random (see the module's docstring)
         n_fonts = round(self.font_share * len(idx))
@@ -149,18 +171,7 @@ def finetune(config: TrainConfig, tune: FineTuneConfig, log=print) -> Run:
         f"MNIST training digits and {len(bank):,} font digits ({len(fonts.available())} fonts), "
         f"{100 * tune.font_share:g}% of each batch; {len(splits['val']):,} MNIST val"
     )
-    task = FontMix(
-        splits,
-        bank,
-        font_val,
-        tune.font_share,
-        tune.augment_mnist,
-        tune.epoch_images,
-        config.max_shift,
-        augment(config),
-        config.eval_batch_size,
-    )
-    return fit(model, task, config, log)
+    return fit(model, FontMix.of(splits, bank, font_val, tune, config), config, log)
 
 
 def blend(run_dir: Path, alpha: float) -> Path:

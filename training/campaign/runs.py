@@ -86,15 +86,11 @@ def pair_error(model: nn.Module, split: data.Split, per_digit: int, seed: int) -
     was_training = model.training
     model.eval()
     right = [
-        multimnist.both_right(multimnist_scores(model, b.images), b.labels).cpu()
+        multimnist.both_right(affine.logits(model, b.images), b.labels).cpu()
         for b in multimnist.iter_pairs(split, per_digit, seed, 500)
     ]
     model.train(was_training)
     return 100 * (1 - torch.cat(right).float().mean().item())
-
-
-def multimnist_scores(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model.forward_features(x)[1] if isinstance(model, CapsNet) else model(x)
 
 
 def starting_weights(spec: plan.Spec, pack: Path) -> dict | None:
@@ -166,18 +162,7 @@ def train_and_test(
             augment_mnist=0.5,
             epoch_images=config.batch_size * (8 if smoke else 400),
         )
-        mix = FontMix(
-            splits,
-            bank,
-            font_val,
-            tune.font_share,
-            tune.augment_mnist,
-            tune.epoch_images,
-            config.max_shift,
-            augment(config),
-            config.eval_batch_size,
-        )
-        run = fit(model, mix, config, log)
+        run = fit(model, FontMix.of(splits, bank, font_val, tune, config), config, log)
         figures = {"test_accuracy": 100 * evaluate(model, test, config.eval_batch_size)["accuracy"]}
         if len(font_val):
             figures["fonts_val_accuracy"] = 100 * evaluate(model, font_val, config.eval_batch_size)["accuracy"]
