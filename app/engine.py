@@ -116,7 +116,7 @@ def choose_precision(
     setting: Literal["auto", "fp32", "int8"], card: dict, on_cpu: bool, int8_present: bool
 ) -> Literal["fp32", "int8"]:
     """The graph to run: the setting when it names one; for auto, int8 on a CPU where the model's card
-    ships the int8 graph (tools/quantize.py measured it as accurate to 0.05 points, and faster)
+    ships the int8 graph (training/quantize.py measured it as accurate to 0.05 points, and faster)
     and the folder has it."""
     if setting != "auto":
         return setting

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
         "(the first of models when mnist is not served and this is not set)",
     )
     providers: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PROVIDERS))
-    # fp32: capsnet.onnx; int8: capsnet.int8.onnx (tools/quantize.py); auto: int8 when the model runs
+    # fp32: capsnet.onnx; int8: capsnet.int8.onnx (training/quantize.py); auto: int8 when the model runs
     # on the CPU and its card ships the int8 graph (as accurate to 0.05 points, and faster), else fp32
     precision: Literal["auto", "fp32", "int8"] = "auto"
     intra_op_threads: int = Field(
@@ -153,7 +153,7 @@ class Settings(BaseSettings):
             if self.precision == "int8" and not (folder / contract.CAPSNET_INT8_ONNX).is_file():
                 raise ValueError(
                     f"precision int8 needs {folder / contract.CAPSNET_INT8_ONNX} for model {name} "
-                    "(make it with `python -m tools.quantize`); use precision auto or fp32, "
+                    "(make it with `python -m training.quantize`); use precision auto or fp32, "
                     "or serve only the models that have one"
                 )
         if self.default_model not in names:

@@ -65,12 +65,12 @@ def r4(x) -> list | float:
 
 
 def test_digits(model_dir: Path, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The MNIST test set as the model reads it, centred on its input size (export.centred_test_images):
+    """The MNIST test set as the model reads it, centred on its input size (cards.centred_test_images):
     (N, S, S) float32 in [0, 1], and the labels."""
-    from training import data, export
+    from training import cards, data
 
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
-    images = export.centred_test_images(card, data_dir)
+    images = cards.centred_test_images(card, data_dir)
     labels = data.read_idx(data.find_files(data_dir)["test_labels"]).astype(np.int64)
     return images.astype(np.float32) / 255.0, labels
 

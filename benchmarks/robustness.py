@@ -520,6 +520,7 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=int, default=N_PER_KIND, help="images per kind")
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["mnist"])
+    p.add_argument("--mnist-dir", type=Path, default=MNIST_DIR, help="the MNIST IDX files the suite's digits come from")
     p.add_argument("--url", default=None, help="read through this service's /predict instead of in-process")
     p.add_argument("--save", type=Path, default=None, help="also write every image under this folder")
     p.add_argument("--photo-size", default="1152x864", help="WxH of the photos (the tests' sample: 384x288)")
@@ -564,7 +565,7 @@ def main(argv=None) -> dict:
             p.error(f"unknown kinds {', '.join(sorted(unknown))}; choose from {', '.join(KINDS)}")
         read = HttpReader(args.url) if args.url else LocalReader(args.model_dir)
         width, height = (int(side) for side in args.photo_size.split("x"))
-        result = run(kinds, args.n, args.seed, read, args.save, (height, width))
+        result = run(kinds, args.n, args.seed, read, args.save, (height, width), mnist_dir=args.mnist_dir)
         result.update(
             seed=args.seed,
             n_per_kind=args.n,

@@ -8,7 +8,7 @@ For each model (GET /models) its card's held-out test set is sent image by image
 POST /predict?model=NAME, from 8 client threads:
   mnist, fashion-mnist   the 10,000 test images of the dataset (data/<dataset>, training.data fetch);
   multimnist             every MNIST test digit overlaid on one partner of another class, shifts up to
-                         4 px, seed 2 (the card's set: training.experiments.multimnist.iter_pairs);
+                         4 px, seed 2 (the card's set: training.pairs.iter_pairs);
                          right when the answer's two objects are the two digits;
   affine                 the affNIST-like set of the card (each test digit centred on 40x40, then one
                          random affine map, seed 2017: training.experiments.affine.test_sets).
@@ -48,7 +48,7 @@ def test_set(name: str, data_dir: Path, limit: int) -> tuple[list[bytes], np.nda
     if name in ("mnist", "fashion-mnist"):
         images, labels = test.images.numpy()[:limit], test.labels.numpy()[:limit]
     elif name == "multimnist":
-        from training.experiments.multimnist import iter_pairs
+        from training.pairs import iter_pairs
 
         batches = list(iter_pairs(test, per_digit=1, seed=2, batch_size=1000))
         images = torch.cat([b.images[:, 0] for b in batches]).numpy()[:limit]

@@ -94,7 +94,7 @@ DECODER_SHAPES = {k: CAPSNET_SHAPES[k] for k in DECODER_INPUTS + DECODER_OUTPUTS
 # of the model: what it reads, its classes, its measured figures), CAPSNET_INT8_ONNX where it ships.
 CAPSNET_ONNX = "capsnet.onnx"
 DECODER_ONNX = "decoder.onnx"
-CAPSNET_INT8_ONNX = "capsnet.int8.onnx"  # the CPU variant of CAPSNET_ONNX (tools/quantize.py), where it ships
+CAPSNET_INT8_ONNX = "capsnet.int8.onnx"  # the CPU variant of CAPSNET_ONNX (training/quantize.py), where it ships
 MODEL_CARD = "capsnet.json"
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # the repository's (and the image's) models/
 
@@ -116,7 +116,7 @@ DIMENSIONS = "dimensions"
 def model_folder(entry: str) -> tuple[str, Path]:
     """A served model as `NAME` (a shipped model) or `NAME=DIR` (a folder as training/export.py writes it)
     -> (name, folder); a ValueError with a sentence otherwise. The API's CAPSNET_MODELS and
-    tools/triton.py's --model read it."""
+    training/triton.py's --model read it."""
     name, _, folder = entry.partition("=")
     name = name.strip()
     if not name or not all(c.isalnum() or c in "-_." for c in name):

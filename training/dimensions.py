@@ -1,8 +1,8 @@
 """What each dimension of a class capsule does to the decoder's drawing (section 5.1, Fig. 4), measured.
 
-$ python -m training.dimensions            # every shipped card's section, then docs/dimensions.md and README's table
-$ python -m training.dimensions --render   # only the two documents, from the cards
-$ python -m training.dimensions --check    # exit 1 if either document is stale (what the tests check)
+$ python -m training.dimensions            # docs/dimensions.md, from the shipped cards
+$ python -m training.dimensions --check    # exit 1 if it is stale (what the tests check)
+$ python -m training.export --describe models/*   # measure the cards' sections again (then render)
 
 The paper perturbs one of the 16 dimensions of the winning class capsule v_j by steps of 0.05 in
 [-0.25, 0.25] and decodes it (Fig. 4), and names what the dimensions do: "scale and thickness",
@@ -21,7 +21,7 @@ over the examples:
              drawing's own ink in its densest one, as a share of what is left: 0 a change spread like the
              ink, 1 a change in one small region (a part: a loop, a tail, a bar)
 
-The examples (training/export.py dimension_examples) are a model's own test set; the affine model's are
+The examples (training/cards.py dimension_examples) are a model's own test set; the affine model's are
 MNIST's test digits centred on 40x40, so that a digit's own variation is measured, not its place on the
 canvas. The MultiMNIST model's are its test pairs (section 6) read right, each giving an example to both its
 classes: its decoder learnt to draw each digit of a pair alone from that digit's capsule, so those are the
@@ -36,7 +36,6 @@ share of the squared scores says how clearly it dominates (1: alone; 1/7: no mor
 
 import argparse
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -76,8 +75,6 @@ PAPER = {
     "width and translation": ("width", "x"),
 }
 DOC = Path(__file__).resolve().parents[1] / "docs" / "dimensions.md"
-README = DOC.parents[1] / "README.md"
-README_BEGIN, README_END = "<!-- dimensions:begin -->", "<!-- dimensions:end -->"
 COMMAND = "python -m training.dimensions"
 
 
@@ -365,40 +362,23 @@ def document(cards: dict[str, dict]) -> str:
     )
 
 
-def readme_block(card: dict) -> str:
-    """README's part between README_BEGIN and README_END: the MNIST model's table and Fig. 4 check."""
-    dims = read_dimensions(card)
-    assert dims is not None, "the shipped MNIST card has a dimensions section"
-    return f"{README_BEGIN}\n{table(dims)}\n\n{summary(dims)}\n\n{paper_check(dims)}\n{README_END}"
-
-
-def with_block(readme: str, block: str) -> str:
-    """readme with its part between README_BEGIN and README_END replaced by block."""
-    if README_BEGIN not in readme or README_END not in readme:
-        raise ValueError(f"README.md has no {README_BEGIN} ... {README_END} part for the dimensions table")
-    return re.sub(f"{re.escape(README_BEGIN)}.*?{re.escape(README_END)}", lambda _: block, readme, flags=re.S)
+def render(check: bool = False) -> int:
+    """Write docs/dimensions.md from the shipped cards; check: only say whether it is stale (1) or not (0)."""
+    cards = {name: json.loads((folder / contract.MODEL_CARD).read_text()) for name, folder in contract.SHIPPED.items()}
+    doc = document(cards)
+    if check:
+        stale = DOC.read_text() != doc
+        print(f"stale: {DOC}; run {COMMAND}" if stale else "up to date")
+        return int(stale)
+    DOC.write_text(doc)
+    print(f"wrote {DOC}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
-    p.add_argument("--render", action="store_true", help="only rewrite docs/dimensions.md and README's table")
-    p.add_argument("--check", action="store_true", help="exit 1 if docs/dimensions.md or README's table is stale")
-    args = p.parse_args(argv)
-    if not (args.render or args.check):
-        from training import export  # it imports this module
-
-        for folder in contract.SHIPPED.values():
-            export.describe(folder)
-    cards = {name: json.loads((folder / contract.MODEL_CARD).read_text()) for name, folder in contract.SHIPPED.items()}
-    doc, readme = document(cards), with_block(README.read_text(), readme_block(cards["mnist"]))
-    if args.check:
-        stale = [str(path) for path, text in ((DOC, doc), (README, readme)) if path.read_text() != text]
-        print(f"stale: {', '.join(stale)}; run {COMMAND} --render" if stale else "up to date")
-        return int(bool(stale))
-    DOC.write_text(doc)
-    README.write_text(readme)
-    print(f"wrote {DOC} and {README}'s table")
-    return 0
+    p.add_argument("--check", action="store_true", help="exit 1 if docs/dimensions.md is stale")
+    return render(p.parse_args(argv).check)
 
 
 if __name__ == "__main__":

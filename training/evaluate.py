@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import torch
 
+from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from training import data
 
@@ -56,10 +58,6 @@ def evaluate_onnx(
 ) -> dict:
     """Run an exported capsnet.onnx under ONNX Runtime on images (N, H, W): uint8 as in the IDX files,
     or floats in [0, 1] (generated test sets such as the affine experiment's)."""
-    import onnxruntime as ort
-
-    from model import contract
-
     sess = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
     preds = []
     for start in range(0, len(images), batch_size):

@@ -5,7 +5,7 @@ $ nice -n 15 python -m training.finetune --precision fp32 --time-limit 3600   # 
 $ python -m training.finetune --resume                                         # the same run, continued
 $ python -m training.finetune --export /tmp/mnist-ft                           # its kept epoch -> a model folder
 
-Starts from a model folder's graph (training.export.model_from_graphs: its weights, its card's
+Starts from a model folder's graph (training.graphs.model_from_graphs: its weights, its card's
 CapsNetConfig) and trains it with fit() like every run: Adam at a fine-tune's rate, decayed per step,
 resumable checkpoints and the kept epoch chosen on MNIST's 5,000-image validation split. Each batch
 holds font_share digits of a bank rendered once from training/fonts.py (fonts the robustness suite
@@ -26,7 +26,7 @@ blend keeps what the starting weights read well (MNIST) and most of what the fin
 
 --export writes the kept epoch (or its blend, --mix α) as a model folder (training.export.
 export_checkpoint: the graphs, parity and the card measured on the exported graph) with a `fine_tune`
-section in its card, and its int8 graph (tools.quantize).
+section in its card, and its int8 graph (training.quantize).
 
 $ python -m training.finetune --mixes 0.25,0.5,0.75,1                   # choose α on validation
 $ python -m training.finetune --mix 0.5 --export /tmp/mnist-ft           # export that blend
@@ -44,13 +44,14 @@ import torch.nn as nn
 
 from model import contract
 from model.capsnet import CapsNet
-from tools.compact import compact
-from tools.quantize import quantize_model
 from training import cli, data, fonts
+from training.compact import compact
 from training.config import PRECISIONS, TrainConfig, augment
 from training.evaluate import evaluate, load_checkpoint
-from training.export import export_checkpoint, model_from_graphs, sha256
+from training.export import export_checkpoint
 from training.fit import Batch, Run, StepOut, Task, fit, hardware
+from training.graphs import model_from_graphs, sha256
+from training.quantize import quantize_model
 from training.train import load_splits
 
 SETTINGS = "finetune.json"  # OUT/finetune.json: what the run adds to its TrainConfig
@@ -234,13 +235,20 @@ def recipe(t: dict, f: dict) -> str:
         f"{len(f['fonts'])} training-only fonts (training/fonts.py); the font digits and "
         f"{f['augment_mnist']:.0%} of the MNIST ones with training.data.Augment (rotation ±{t['rotate']:g}°, "
         f"scale ±{t['scale']:g}, shear ±{t['shear']:g}°, stroke jitter p={t['stroke_jitter']:g}, elastic "
-        f"alpha {t['elastic_alpha']:g} px sigma {t['elastic_sigma']:g} px); every image ±{t['max_shift']} px "
-        f"shifts; Adam lr {t['lr']:g} x{t['lr_decay']:g} per epoch; weight blend α = {f['blend_alpha']:g}"
+        f"alpha {t['elastic_alpha']:g} px sigma {t['elastic_sigma']:g} px{low_res(t)}); "
+        f"every image ±{t['max_shift']} px shifts; Adam lr {t['lr']:g} x{t['lr_decay']:g} per epoch; "
+        f"weight blend α = {f['blend_alpha']:g}"
     )
 
 
+def low_res(t: dict) -> str:
+    """The recipe's words for TrainConfig.low_res, when the run used it."""
+    share = t.get("low_res", 0.0)
+    return f", coarse scans p={share:g} (training.data.low_resolution)" if share else ""
+
+
 def export_candidate(run_dir: Path, out_dir: Path, data_dir: Path | None = None, alpha: float = 1.0) -> dict:
-    """The run's kept epoch (blended, α < 1) in fp16, as every shipped model's weights are (tools.compact:
+    """The run's kept epoch (blended, α < 1) in fp16, as every shipped model's weights are (training.compact:
     the graphs store them as fp16, half the size), as a model folder: graphs, parity and card (export_checkpoint),
     the card's `fine_tune` section (OUT/finetune.json, α and the facts of the card it started from) and
     `augmentations` (recipe), and its int8 graph (quantize_model, which updates the card)."""
@@ -265,6 +273,7 @@ TRAIN_OPTIONS = (
     "stroke_jitter",
     "elastic_alpha",
     "elastic_sigma",
+    "low_res",
     "epochs",
     "batch_size",
     "lr",

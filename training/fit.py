@@ -258,7 +258,7 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
     best_state, best_acc = None, -math.inf
     if config.init and not config.resume:
         start_weights = torch.load(config.init, map_location=device, weights_only=True)
-        model.load_state_dict(start_weights["model"])  # fp16 weights (tools.compact) load into fp32 parameters
+        model.load_state_dict(start_weights["model"])  # fp16 weights (training.compact) load into fp32 parameters
         if master:
             log(f"starting from the weights of {config.init} (optimiser fresh, lr {config.lr:g})")
     if config.resume:

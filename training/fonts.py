@@ -4,8 +4,8 @@ MNIST's writers never made a serif 1 with a flag and a foot, a 6 of a typeface o
 outline, and no preprocessing turns those into MNIST's shapes; training on them can. Each digit is
 typed in one of FONTS, thickened or drawn as its outline, slanted and turned, then made the way
 LeCun made MNIST (http://yann.lecun.com/exdb/mnist/): its ink box fitted into 20x20 keeping its aspect,
-anti-aliased, its centre of mass at (14, 14) of 28x28, white on black (app.imaging.digit.fit_and_centre,
-the service's own step).
+anti-aliased, its centre of mass at (14, 14) of 28x28, white on black (mnist_frame: the service's own
+step, app.imaging.digit.fit_and_centre, made with Pillow).
 
 FONTS are for training only and held apart from the robustness suite's (benchmarks/robustness.py
 TYPESET_FONTS and HANDWRITING_FONTS), so that the suite still measures fonts the model never saw:
@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from app.imaging.digit import fit_and_centre
 from model import contract
 
 FONT_ROOTS = (Path("/usr/share/fonts/truetype"), Path("/usr/share/fonts/opentype"))  # Debian's
@@ -158,6 +157,26 @@ def glyph(path: Path, digit: int, outline: int, bolder: int, slant: float, angle
     return np.asarray(canvas, np.float32) / 255
 
 
+def mnist_frame(ink: np.ndarray) -> np.ndarray:
+    """Ink (H, W) in [0, 1] -> (28, 28) as LeCun made MNIST's digits: cropped to its ink, fitted into the
+    INK_BOX x INK_BOX box keeping its aspect (anti-aliased, Lanczos), brought to full intensity, its
+    centre of mass at the frame's centre (14, 14). What the service does to a drawn digit
+    (app/imaging/digit.py), made here with Pillow so that training needs nothing of the service."""
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    ink = ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    scale = contract.INK_BOX / max(ink.shape)
+    height, width = (max(1, round(side * scale)) for side in ink.shape)
+    small = np.asarray(Image.fromarray(ink, "F").resize((width, height), Image.Resampling.LANCZOS)).clip(0, None)
+    small = np.clip(small / small.max(), 0.0, 1.0)
+    ys, xs = np.indices(small.shape)
+    size, mass = contract.IMAGE_SIZE, small.sum()
+    top = min(max(int(np.floor(size // 2 - (ys * small).sum() / mass + 0.5)), 0), size - height)
+    left = min(max(int(np.floor(size // 2 - (xs * small).sum() / mass + 0.5)), 0), size - width)
+    frame = np.zeros((size, size), np.float32)
+    frame[top : top + height, left : left + width] = small
+    return frame
+
+
 def render(n: int, seed: int = 0, fonts: list[Path] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """n digits as MNIST's look: uint8 images (n, 28, 28), white on black, and their labels (n,) int64.
 
@@ -188,5 +207,5 @@ def render(n: int, seed: int = 0, fonts: list[Path] | None = None) -> tuple[np.n
             rng.uniform(*SLANT),
             rng.uniform(-ROTATION, ROTATION),
         )
-        images[i] = np.round(fit_and_centre(ink) * 255)
+        images[i] = np.round(mnist_frame(ink) * 255)
     return images, labels

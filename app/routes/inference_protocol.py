@@ -2,7 +2,7 @@
 
 Two models per served model NAME (GET /models: mnist, multimnist, ...): NAME is the CapsNet graph
 (image -> the contract's outputs) and NAME_decoder the decoder (masked capsules -> reconstruction), the
-same two graphs as the Triton repository of tools/triton.py. Tensors are the
+same two graphs as the Triton repository of training/triton.py. Tensors are the
 raw graph tensors of model/contract.py, in and out; `outputs` selects which come back (all without
 it). Dynamic routing's CapsNet graphs also have routing_iterations and logit_changes (Procedure 1 iteration
 by iteration), fetched only for a request that asks for them or for all. Both share the engine and its

@@ -214,7 +214,7 @@ def test_precision_picks_the_graph_that_answers(settings, mnist_fixture, setting
     """CAPSNET_PRECISION names the graph: the engine's outputs are that graph's, its version that file's."""
     import onnxruntime as ort
 
-    from training.export import sha256
+    from training.graphs import sha256
 
     engine = mnist_engine(settings.model_copy(update={"precision": setting}))
     x = mnist_fixture[0][:8, None].astype(np.float32) / 255

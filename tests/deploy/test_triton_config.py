@@ -1,4 +1,4 @@
-"""tools/triton.py: the Triton model repository of every shipped model (NAME and NAME_decoder).
+"""training/triton.py: the Triton model repository of every shipped model (NAME and NAME_decoder).
 
 Each generated config.pbtxt is parsed with Triton's own ModelConfig protobuf (shipped in the
 tritonclient dev dependency), so a field Triton does not know fails the parse, and checked against
@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import text_format
 
 from model import contract
-from tools import triton
+from training import triton
 
 ORT_TO_TRITON = {"tensor(float)": "TYPE_FP32", "tensor(int64)": "TYPE_INT64", "tensor(float16)": "TYPE_FP16"}
 

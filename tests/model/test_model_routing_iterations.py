@@ -1,7 +1,7 @@
 """The shipped graphs' routing iteration by iteration (contract.CAPSNET_ITERATION_OUTPUTS) is Procedure 1's:
 each iteration's couplings are a softmax over the classes, the first uniform and the last the graph's own
 `routing`, and each agrees with PyTorch's dynamic routing, and the logit changes are routing_logit_changes
-(Fig. A.1) per image, on the model rebuilt from the graph's weights (training.export.model_from_graphs)."""
+(Fig. A.1) per image, on the model rebuilt from the graph's weights (training.graphs.model_from_graphs)."""
 
 import json
 
@@ -12,7 +12,7 @@ import torch
 
 from model import contract
 from model.routing import dynamic_routing, routing_logit_changes
-from training.export import model_from_graphs
+from training.graphs import model_from_graphs
 
 IMAGES = 4  # fixture digits per model
 # ORT and PyTorch sum in different orders (float32 roundings of ~1e-7 of a term). Measured on the four

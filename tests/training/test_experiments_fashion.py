@@ -11,7 +11,7 @@ from model import contract
 from tests.conftest import FIXTURES
 from training.evaluate import evaluate_onnx
 from training.experiments import common, fashion
-from training.export import sha256
+from training.graphs import sha256
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import torch
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from tests.conftest import FIXTURES
-from training import data
+from training import data, pairs
 from training.experiments import common
 from training.experiments import multimnist as mm
 
@@ -34,13 +34,13 @@ def split(mnist_fixture) -> data.Split:
     return data.Split(torch.from_numpy(images.copy()), torch.from_numpy(labels))
 
 
-def pairs(split, seed, n=200):
-    return mm.make_pairs(split, torch.arange(n), torch.Generator().manual_seed(seed))
+def drawn(split, seed, n=200):
+    return pairs.make_pairs(split, torch.arange(n), torch.Generator().manual_seed(seed))
 
 
 def wrong_pairs(graph, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Positions of the pairs the graph gets wrong by the paper's metric, written here apart from
-    multimnist.both_right: its two longest capsules are not the two digits' classes."""
+    pairs.both_right: its two longest capsules are not the two digits' classes."""
     (lengths,) = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"]).run(
         [contract.LENGTHS], {contract.IMAGE: images}
     )
@@ -55,28 +55,28 @@ def centre_of_mass(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_pairs_are_deterministic_by_seed(split):
-    a, b, c = pairs(split, 0), pairs(split, 0), pairs(split, 1)
+    a, b, c = drawn(split, 0), drawn(split, 0), drawn(split, 1)
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(a.images, c.images) and not torch.equal(a.labels, c.labels)
 
 
 def test_pairs_have_two_classes_from_the_split_shifted_within_bounds(split):
-    p = pairs(split, 0)
+    p = drawn(split, 0)
     assert p.images.shape == (200, 1, 36, 36) and p.parts.shape == (200, 2, 36, 36)
     assert (p.labels[:, 0] != p.labels[:, 1]).all()
     assert torch.equal(p.labels[:, 0], split.labels[:200])  # the first digit is the one asked for
-    assert p.shifts.abs().max() <= mm.MAX_SHIFT and p.shifts.abs().max() == mm.MAX_SHIFT  # the bound is reached
+    assert p.shifts.abs().max() <= pairs.MAX_SHIFT and p.shifts.abs().max() == pairs.MAX_SHIFT  # the bound is reached
     assert len(torch.unique(p.shifts.view(-1, 2), dim=0)) > 40  # positions vary, (9x9 possible)
     # each part is its digit, whole (no ink cut), at its shift: the centre of mass moves by exactly the shift
     digits = data.to_float(split.images[:200]).squeeze(1)
     assert torch.allclose(p.parts[:, 0].sum((1, 2)), digits.sum((1, 2)))
     centred = data.place(digits, torch.zeros(200, 2, dtype=torch.long), 36, 0)
-    assert torch.equal(p.parts[:, 0], data.place(digits, p.shifts[:, 0], 36, mm.MAX_SHIFT))
+    assert torch.equal(p.parts[:, 0], data.place(digits, p.shifts[:, 0], 36, pairs.MAX_SHIFT))
     assert torch.allclose(centre_of_mass(p.parts[:, 0]) - centre_of_mass(centred), p.shifts[:, 0].float(), atol=1e-3)
 
 
 def test_composite_is_the_clipped_sum_and_digits_overlap(split):
-    p = pairs(split, 0)
+    p = drawn(split, 0)
     assert torch.equal(p.images[:, 0], p.parts.sum(1).clamp(max=1.0))
     assert p.images.max() == 1.0 and p.parts.sum(1).max() > 1.0  # clipping happened somewhere
     overlap = ((p.parts[:, 0] > 0) & (p.parts[:, 1] > 0)).flatten(1).any(1)
@@ -97,13 +97,13 @@ def test_both_right_is_the_papers_metric():
         ]
     )  # 2 then 1
     labels = torch.tensor([[1, 0], [0, 1], [1, 2]])
-    assert mm.both_right(lengths, labels).tolist() == [True, False, True]
+    assert pairs.both_right(lengths, labels).tolist() == [True, False, True]
 
 
 def test_36x36_capsnet_matches_the_multimnist_contract(split):
     model = CapsNet(CapsNetConfig(image_size=contract.MULTIMNIST_SIZE)).eval()
     assert model.config.num_primary == 32 * 10 * 10
-    p = pairs(split, 0, n=3)
+    p = drawn(split, 0, n=3)
     with torch.no_grad():
         out = model(p.images)
     got = {
@@ -119,7 +119,7 @@ def test_36x36_capsnet_matches_the_multimnist_contract(split):
 def test_pair_loss_reconstructs_each_digit_from_its_own_capsule(split, monkeypatch):
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig(image_size=36))
-    p = pairs(split, 0, n=4)
+    p = drawn(split, 0, n=4)
     seen = []
     monkeypatch.setattr(mm, "reconstruction_loss", lambda recon, target: seen.append(target) or recon.sum() * 0)
     loss, lengths = mm.pair_loss(model, p.images, p.parts, p.labels)
@@ -165,7 +165,7 @@ def test_cli_trains_draws_and_ships_a_model_with_its_card(idx_dir, tmp_path, mni
     # (seed 0 + 2); the exported graph's own errors on them, on this CPU, are the card's list
     images, labels = (torch.from_numpy(a[800:1000].copy()) for a in mnist_fixture)
     assert "seed 2" in card["test_set"]
-    drawn = list(mm.iter_pairs(data.Split(images, labels), 1, 2, EVAL_BATCH))
+    drawn = list(pairs.iter_pairs(data.Split(images, labels), 1, 2, EVAL_BATCH))
     x, y = (torch.cat([getattr(p, field) for p in drawn]).numpy() for field in ("images", "labels"))
     wrong = wrong_pairs(graph, x, y)
     assert card["misclassified"] == wrong.tolist() and card["test_errors"] == len(wrong) and card["test_count"] == 200
@@ -204,7 +204,7 @@ def card_pairs(card, mnist_fixture) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     seed = int(re.search(r"seed (\d+)", card["test_set"]).group(1))
     split = data.Split(torch.from_numpy(canvas), torch.from_numpy(labels))
     index, x, y = [], [], []
-    for start, p in zip(range(0, len(images), EVAL_BATCH), mm.iter_pairs(split, 1, seed, EVAL_BATCH), strict=False):
+    for start, p in zip(range(0, len(images), EVAL_BATCH), pairs.iter_pairs(split, 1, seed, EVAL_BATCH), strict=False):
         kept = (p.parts[:, 1] == 1.0).flatten(1).sum(1) < 28 * 28  # the partner is not the white square
         index.append(start + torch.nonzero(kept).flatten())
         x.append(p.images[kept])
@@ -238,8 +238,8 @@ def test_partners_are_other_classes_drawn_without_a_host_sync(split):
 
     first = torch.arange(1000).repeat(20)
     with HostSyncs() as mode:
-        second = mm.partners(split.labels, first, torch.Generator().manual_seed(0))
-        mm.make_pairs(split, first[:64], torch.Generator().manual_seed(0))
+        second = pairs.partners(split.labels, first, torch.Generator().manual_seed(0))
+        pairs.make_pairs(split, first[:64], torch.Generator().manual_seed(0))
     assert mode.seen == []
     assert (split.labels[second] != split.labels[first]).all()
     # uniform over the digits of the other classes: each class's share matches its share of those digits

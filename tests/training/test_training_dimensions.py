@@ -131,7 +131,7 @@ def first_read_right(mnist_fixture, digit: int) -> np.ndarray:
 def test_the_mnist_cards_thickness_and_local_dimensions_recompute_from_the_fixture(cards, mnist_fixture, digit):
     """The fixture holds the card's very examples of 1 and 3, so the same graphs give the same measures:
     up to the card's 4 decimals, and to graphs re-exported with the same weights (outputs within
-    export.PARITY_TOL): a tolerance of 1e-3, where the measures' spreads are 0.06 to 20."""
+    graphs.PARITY_TOL): a tolerance of 1e-3, where the measures' spreads are 0.06 to 20."""
     section = read_dimensions(cards["mnist"])
     assert section is not None
     entries = [e for e in section.classes[str(digit)] if e.effect in ("ink", "local")]

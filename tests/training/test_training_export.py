@@ -13,7 +13,7 @@ from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from model.card import Dimensions
 from tests.conftest import without_iteration_outputs
-from training import export
+from training import cards, export, graphs
 from training.config import TrainConfig
 
 
@@ -22,7 +22,7 @@ def exported(tmp_path_factory):
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig()).eval()
     out = tmp_path_factory.mktemp("onnx")
-    return model, *export.export(model, out)
+    return model, *graphs.export(model, out)
 
 
 @pytest.mark.slow
@@ -47,7 +47,7 @@ def test_graphs_follow_the_contract(exported):
 def test_parity_at_batch_1_7_64(exported, mnist_fixture):
     model, capsnet_path, decoder_path = exported
     images, _ = mnist_fixture
-    assert export.check_parity(model, capsnet_path, decoder_path, images) <= export.PARITY_TOL
+    assert graphs.check_parity(model, capsnet_path, decoder_path, images) <= graphs.PARITY_TOL
 
 
 @pytest.mark.slow
@@ -60,8 +60,8 @@ def test_iteration_outputs_are_the_models_own_routing(exported, mnist_fixture):
     couplings, changes = sess.run(list(contract.CAPSNET_ITERATION_OUTPUTS), {contract.IMAGE: x})
     with torch.no_grad():
         iterations = model(torch.from_numpy(x)).iterations
-    np.testing.assert_allclose(couplings, iterations.couplings.numpy(), rtol=0, atol=export.PARITY_TOL)
-    np.testing.assert_allclose(changes, iterations.logit_changes.numpy(), rtol=0, atol=export.PARITY_TOL)
+    np.testing.assert_allclose(couplings, iterations.couplings.numpy(), rtol=0, atol=graphs.PARITY_TOL)
+    np.testing.assert_allclose(changes, iterations.logit_changes.numpy(), rtol=0, atol=graphs.PARITY_TOL)
     assert changes.shape == (5, 3) and len(np.unique(changes[:, 0])) == 5  # one mean per image
 
 
@@ -71,11 +71,11 @@ def test_routings_without_iterations_export_only_the_contracts_outputs(tmp_path,
     says so; parity holds over them."""
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig(routing="qp-l2")).eval()
-    capsnet_path, decoder_path = export.export(model, tmp_path)
+    capsnet_path, decoder_path = graphs.export(model, tmp_path)
     sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
     assert tuple(o.name for o in sess.get_outputs()) == contract.CAPSNET_OUTPUTS
-    assert list(export.card_outputs(asdict(model.config))) == list(contract.CAPSNET_OUTPUTS)
-    assert export.check_parity(model, capsnet_path, decoder_path, mnist_fixture[0], batches=(3,)) <= export.PARITY_TOL
+    assert list(cards.card_outputs(asdict(model.config))) == list(contract.CAPSNET_OUTPUTS)
+    assert graphs.check_parity(model, capsnet_path, decoder_path, mnist_fixture[0], batches=(3,)) <= graphs.PARITY_TOL
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_parity_check_fails_on_a_different_model(exported, mnist_fixture):
     _, capsnet_path, decoder_path = exported
     torch.manual_seed(1)
     with pytest.raises(AssertionError, match="differ"):
-        export.check_parity(CapsNet(CapsNetConfig()), capsnet_path, decoder_path, mnist_fixture[0], batches=(2,))
+        graphs.check_parity(CapsNet(CapsNetConfig()), capsnet_path, decoder_path, mnist_fixture[0], batches=(2,))
 
 
 @pytest.mark.slow
@@ -126,7 +126,7 @@ def test_cli_writes_the_card(tmp_path, idx_dir, mnist_fixture):
     wrong = np.flatnonzero(lengths.argmax(1) != labels).tolist()  # the graph's own errors, on this CPU
     assert card["misclassified"] == wrong and card["test_errors"] == len(wrong) and card["test_count"] == 200
     assert card["test_accuracy"] == pytest.approx(1 - len(wrong) / 200)
-    assert card["parameters"] == 8_215_568 and card["parity_max_abs_diff"] <= export.PARITY_TOL
+    assert card["parameters"] == 8_215_568 and card["parity_max_abs_diff"] <= graphs.PARITY_TOL
     session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
     assert card["outputs"] == {o.name: o.shape for o in session.get_outputs()}  # the iterations' [N, 3, ...] too
     assert card["run_epochs"] == 3 and card["epochs"] == 1 and card["val_accuracy"] == 0.5
@@ -159,7 +159,7 @@ def test_describe_writes_what_each_shipped_card_carries(tmp_path, few_of_each_cl
     written = {k: v for k, v in shipped.items() if k not in (contract.SERVING, contract.DIMENSIONS)}
     (tmp_path / contract.MODEL_CARD).write_text(json.dumps(written))
     data_dir = few_of_each_class["fashion-mnist" if name == "fashion-mnist" else "mnist"]
-    card = export.main(["--describe", str(tmp_path), "--data-dir", str(data_dir)])
+    card = export.main(["--describe", str(tmp_path), "--data-dir", str(data_dir)])[str(tmp_path)]
     assert card == json.loads((tmp_path / contract.MODEL_CARD).read_text())
     dims = Dimensions.model_validate(card.pop(contract.DIMENSIONS))
     assert card == {k: v for k, v in shipped.items() if k != contract.DIMENSIONS}
@@ -177,14 +177,14 @@ def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_pat
     import onnx
 
     model, capsnet_path, _ = exported
-    assert not export.store_fp16_if_lossless(capsnet_path)  # random fp32 weights: left as they are
+    assert not graphs.store_fp16_if_lossless(capsnet_path)  # random fp32 weights: left as they are
     rounded = CapsNet(CapsNetConfig()).eval()
     rounded.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    half_path, _ = export.export(rounded, tmp_path)  # export() stores them as fp16 itself
+    half_path, _ = graphs.export(rounded, tmp_path)  # export() stores them as fp16 itself
     stored = {t.data_type for t in onnx.load(str(half_path)).graph.initializer if np.prod(t.dims) >= 1024}
     assert stored == {onnx.TensorProto.FLOAT16}
     assert half_path.stat().st_size < 0.55 * capsnet_path.stat().st_size
-    parity = export.check_parity(rounded, half_path, tmp_path / contract.DECODER_ONNX, mnist_fixture[0], batches=(4,))
+    parity = graphs.check_parity(rounded, half_path, tmp_path / contract.DECODER_ONNX, mnist_fixture[0], batches=(4,))
     assert parity < 1e-5  # the graph computes with exactly the PyTorch model's weights
 
 
@@ -216,13 +216,13 @@ def test_reexport_rebuilds_the_same_function_from_the_graphs(exported, tmp_path,
         (exported_dir / path.name).write_bytes(path.read_bytes())
     (exported_dir / contract.MODEL_CARD).write_text(json.dumps(card))
     folder = without_iteration_outputs(exported_dir, tmp_path / "model")
-    rebuilt = export.model_from_graphs(folder).state_dict()
+    rebuilt = graphs.model_from_graphs(folder).state_dict()
     for name, value in model.state_dict().items():
         assert torch.equal(rebuilt[name], value), name
     new = export.reexport(folder, idx_dir)
-    assert new["test_accuracy"] == 0.5 and new["version"] == export.sha256(folder / contract.CAPSNET_ONNX)[:12]
+    assert new["test_accuracy"] == 0.5 and new["version"] == graphs.sha256(folder / contract.CAPSNET_ONNX)[:12]
     assert new["reexport"]["previous_version"] == "old" and new["reexport"]["changed_predictions"] == 0
-    assert new["reexport"]["max_abs_diff_vs_previous"] <= export.PARITY_TOL
+    assert new["reexport"]["max_abs_diff_vs_previous"] <= graphs.PARITY_TOL
     sess = ort.InferenceSession(str(folder / contract.CAPSNET_ONNX), providers=["CPUExecutionProvider"])
     shapes = contract.capsnet_shapes(contract.IMAGE_SIZE, CapsNetConfig().routing_iters)
     assert list(new["outputs"]) == [*contract.CAPSNET_OUTPUTS, *contract.CAPSNET_ITERATION_OUTPUTS]

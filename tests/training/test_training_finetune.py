@@ -11,8 +11,8 @@ import torch
 from model import contract
 from training import data, fonts
 from training.config import TrainConfig
-from training.export import model_from_graphs
 from training.finetune import FineTuneConfig, FontMix, blend, finetune, recipe
+from training.graphs import model_from_graphs
 
 
 @pytest.fixture

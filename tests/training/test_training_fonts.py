@@ -7,6 +7,7 @@ import matplotlib
 import numpy as np
 import pytest
 
+from app.imaging.digit import fit_and_centre
 from benchmarks.robustness import HANDWRITING_FONTS, TYPESET_FONTS
 from training import fonts
 
@@ -39,6 +40,14 @@ def test_render_draws_every_class_as_mnist_digits_look(font_files):
         assert max(rows[-1] - rows[0], cols[-1] - cols[0]) + 1 in (20, 21)  # the ink box (and Lanczos' fringe)
         assert x.max() == 255 and x[0].max() == x[-1].max() == x[:, 0].max() == x[:, -1].max() == 0
         assert abs((ys * x).sum() / x.sum() - 14) <= 1 and abs((xs * x).sum() / x.sum() - 14) <= 1
+
+
+def test_mnist_frame_is_the_services_step(font_files):
+    """Training frames a font digit as the service frames a drawn one (app.imaging.digit.fit_and_centre),
+    without importing the service: the same Lanczos weights, up to float32 rounding."""
+    for digit, slant, angle in ((1, 0.0, 0.0), (4, 0.2, -10.0), (8, -0.1, 15.0)):
+        ink = fonts.glyph(font_files[0], digit, outline=0, bolder=0, slant=slant, angle=angle)
+        np.testing.assert_allclose(fonts.mnist_frame(ink), fit_and_centre(ink), rtol=0, atol=1e-4)
 
 
 def test_render_is_the_same_for_a_seed(font_files):

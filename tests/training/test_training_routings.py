@@ -8,7 +8,7 @@ import torch
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import ROUTINGS
-from training import export, train
+from training import export, graphs, train
 from training.evaluate import load_checkpoint
 
 
@@ -19,9 +19,9 @@ def test_each_routing_exports_and_matches_pytorch(routing, tmp_path, mnist_fixtu
     model = CapsNet(CapsNetConfig(routing=routing)).eval()
     if routing.startswith("qp"):  # learned coefficients of both signs must survive the export
         model.digits.routing.b.copy_(0.2 * torch.randn_like(model.digits.routing.b))
-    capsnet_path, decoder_path = export.export(model, tmp_path)
+    capsnet_path, decoder_path = graphs.export(model, tmp_path)
     images, _ = mnist_fixture
-    assert export.check_parity(model, capsnet_path, decoder_path, images, batches=(1, 7)) <= export.PARITY_TOL
+    assert graphs.check_parity(model, capsnet_path, decoder_path, images, batches=(1, 7)) <= graphs.PARITY_TOL
 
     sess = ort.InferenceSession(str(capsnet_path), providers=["CPUExecutionProvider"])
     config = model.config
@@ -81,7 +81,7 @@ def test_cli_trains_and_exports_each_routing(routing, idx_dir, tmp_path):
             "--no-evaluate",
         ]
     )
-    assert card["routing"] == routing and card["parity_max_abs_diff"] <= export.PARITY_TOL
+    assert card["routing"] == routing and card["parity_max_abs_diff"] <= graphs.PARITY_TOL
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ from model.capsnet import CapsNet, CapsNetConfig, DigitCaps
 from tests.conftest import REPO
 from training import config as tc
 from training import data, fit, train
+from training.cards import model_card
 from training.evaluate import evaluate, load_checkpoint, summarise
-from training.export import model_card
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_time_limit_ends_the_run_at_the_epoch_that_passes_it(idx_dir, tmp_path):
 
 @pytest.mark.slow
 def test_compact_checkpoint_keeps_the_run_in_fp16_without_optimiser_state(idx_dir, tmp_path):
-    from tools.compact import compact
+    from training.compact import compact
 
     train.train(config(idx_dir, tmp_path / "c"), CapsNetConfig())
     last = tmp_path / "c" / "last.pt"  # weights, Adam's moments, schedule and generator states

@@ -4,7 +4,7 @@ $ python -m training.campaign collect "$OUT"        # any time, as often as want
 
 Each call writes status.txt (campaign status), results.tgz (every run's result.json, metrics.json,
 log and the supervisor's state) and, in the plan's order, the best-so-far weights of the runs that can
-ship a model (plan.Spec.ships) as compact fp16 checkpoints (tools.compact) in parts of PART_MIB,
+ship a model (plan.Spec.ships) as compact fp16 checkpoints (training.compact) in parts of PART_MIB,
 name.pt.00, name.pt.01, ..., as many whole checkpoints as the call's files and bytes allow. A checkpoint
 already brought back is not sent again unless its run has kept a newer epoch since (WORK/delivered.json),
 so repeated calls bring the rest; --again sends everything anew.
@@ -14,9 +14,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from tools.compact import compact
 from training.campaign import plan
 from training.campaign.supervisor import STATE, status
+from training.compact import compact
 
 MAX_FILES, MAX_MIB, PART_MIB = 8, 62, 15  # a call brings back 8 files of 16 MiB, 64 MiB in all
 DELIVERED = "delivered.json"

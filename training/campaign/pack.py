@@ -5,7 +5,7 @@ $ python -m training.campaign pack campaign/pack
 A call to the GPU machine carries the working tree and the ignored paths it names, 64 MiB in all; the
 code without models/ is about 4 MiB. The pack is cut into loads of at most LOAD_MIB each,
 campaign/pack/load-1, load-2, ..., its items in the order the plan first needs them: MNIST, the
-starting weights (fp16, tools.compact's format, rebuilt from each shipped model's graphs), the font
+starting weights (fp16, training.compact's format, rebuilt from each shipped model's graphs), the font
 bank (training.fonts renders need Debian's fonts, which the GPU machine lacks), then Fashion-MNIST.
 The first call carries load-1 and launches; the runs that need a later load wait for it.
 """
@@ -22,7 +22,7 @@ import torch
 from model import contract
 from training import data, fonts
 from training.campaign import plan, runs
-from training.export import model_from_graphs
+from training.graphs import model_from_graphs
 
 LOAD_MIB = 56  # per load: 64 MiB a call, less the code and a margin
 FONT_IMAGES, FONT_VAL_IMAGES = 6000, 1000  # renders in the bank, and held out (training.finetune's)

@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
-from training import data
+from training import data, pairs
 from training.baselines import PairCNN, PaperCNN, num_params
 from training.campaign import plan
 from training.config import TrainConfig, augment
@@ -72,7 +72,7 @@ class PairCNNTask(multimnist.PairTask):
 
     def loss(self, model: nn.Module, batch: Batch) -> StepOut:
         logits = model(batch.x)
-        return StepOut(PairCNN.pair_loss(logits, batch.y), multimnist.both_right(logits, batch.y))
+        return StepOut(PairCNN.pair_loss(logits, batch.y), pairs.both_right(logits, batch.y))
 
     def validate(self, model: nn.Module) -> dict | None:
         if len(self.val) == 0:
@@ -82,19 +82,19 @@ class PairCNNTask(multimnist.PairTask):
 
 @torch.no_grad()
 def pair_error(model: nn.Module, split: data.Split, per_digit: int, seed: int) -> float:
-    """% of a split's fixed pairs (multimnist.iter_pairs) whose two largest scores are not the two digits."""
+    """% of a split's fixed pairs (pairs.iter_pairs) whose two largest scores are not the two digits."""
     was_training = model.training
     model.eval()
     right = [
-        multimnist.both_right(affine.logits(model, b.images), b.labels).cpu()
-        for b in multimnist.iter_pairs(split, per_digit, seed, 500)
+        pairs.both_right(affine.logits(model, b.images), b.labels).cpu()
+        for b in pairs.iter_pairs(split, per_digit, seed, 500)
     ]
     model.train(was_training)
     return 100 * (1 - torch.cat(right).float().mean().item())
 
 
 def starting_weights(spec: plan.Spec, pack: Path) -> dict | None:
-    """The packed checkpoint the run starts from (tools.compact's keys and `source`), or None."""
+    """The packed checkpoint the run starts from (training.compact's keys and `source`), or None."""
     if spec.start is None:
         return None
     return torch.load(need(pack, f"start/{spec.start}.pt"), map_location="cpu", weights_only=True)

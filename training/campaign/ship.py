@@ -17,22 +17,24 @@ ledger (training/campaign/ledger.py), and docs/results.md is rendered again.
 import datetime
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import robustness
 from model import contract
-from tools.quantize import quantize_model
 from training import data
 from training.campaign import ledger, plan
 from training.campaign.collect import RESULTS
+from training.cards import PAIR_SEED
 from training.evaluate import evaluate_onnx, load_checkpoint
 from training.experiments import multimnist
 from training.experiments import results as results_doc
-from training.export import PAIR_SEED, export_checkpoint
+from training.export import export_checkpoint
+from training.quantize import quantize_model
 
 
 def gather(dirs: list[Path], scratch: Path) -> tuple[dict[str, dict], dict[str, Path]]:
@@ -57,6 +59,16 @@ def accuracy(graph: Path, images: np.ndarray, labels: np.ndarray) -> float:
     return evaluate_onnx(graph, images, labels)["accuracy"]
 
 
+def robustness_suite(model_dir: Path, n: int | None, mnist_dir: Path, out: Path) -> dict[str, float | None]:
+    """Each kind's accuracy of the robustness suite on a model folder (`python -m benchmarks.robustness`,
+    n images a kind, None: the suite's own number), made from mnist_dir's test digits. A command, not an
+    import: benchmarks/ imports training/, never the other way."""
+    sizes = [] if n is None else ["--n", str(n)]
+    command = [sys.executable, "-m", "benchmarks.robustness", "--model-dir", str(model_dir), *sizes]
+    subprocess.run([*command, "--mnist-dir", str(mnist_dir), "--out", str(out)], check=True)
+    return {kind: r["accuracy"] for kind, r in json.loads(out.read_text())["kinds"].items()}
+
+
 def compare(
     spec: plan.Spec,
     checkpoint: Path,
@@ -64,7 +76,7 @@ def compare(
     candidate: Path,
     data_dirs: dict[str, Path],
     pairs_per_digit: int,
-    robustness_n: int,
+    robustness_n: int | None,
 ) -> dict:
     """Export the checkpoint to `candidate` and measure it beside `shipped`: the decision, with its figures."""
     if spec.ships == "multimnist":
@@ -86,13 +98,10 @@ def compare(
     decision = {"metric": metric, "candidate": round(100 * ours, 3), "shipped": round(100 * theirs, 3)}
     better = ours > theirs
     if spec.ships == "mnist":
-        kinds, mnist_dir = {}, data_dirs["mnist"]
-        for name, folder in (("candidate", candidate), ("shipped", shipped)):
-            reader = robustness.LocalReader(folder)
-            suite = robustness.run(
-                list(robustness.KINDS), robustness_n, robustness.SEED, reader, None, mnist_dir=mnist_dir
-            )
-            kinds[name] = {k: v["accuracy"] for k, v in suite["kinds"].items()}
+        kinds = {
+            name: robustness_suite(folder, robustness_n, data_dirs["mnist"], candidate.parent / f"{name}.json")
+            for name, folder in (("candidate", candidate), ("shipped", shipped))
+        }
         fell = [k for k in kinds["candidate"] if (kinds["candidate"][k] or 0) < (kinds["shipped"][k] or 0)]
         decision["robustness_fell"] = fell
         better = better and not fell
@@ -108,7 +117,7 @@ def ship(
     data_dirs: dict[str, Path],
     ledger_path: Path = ledger.LEDGER,
     pairs_per_digit: int = 1,
-    robustness_n: int = robustness.N_PER_KIND,
+    robustness_n: int | None = None,
     render: bool = True,
     log=print,
 ) -> dict[str, dict]:

@@ -48,7 +48,7 @@ def parser(prog: str, doc: str, out: str, lr_decay: float = 0.9) -> argparse.Arg
 
 def checkpoint_option(p: argparse.ArgumentParser, does: str) -> None:
     """--checkpoint: skip training and use a run made elsewhere (e.g. brought back from a GPU machine
-    as a compact copy, tools/compact.py); `does` says what the experiment then does with it."""
+    as a compact copy, training/compact.py); `does` says what the experiment then does with it."""
     p.add_argument("--checkpoint", type=Path, default=None, help=f"skip training: {does} this best.pt")
 
 

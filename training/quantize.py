@@ -1,7 +1,7 @@
 """An int8 CapsNet for CPUs: static QDQ quantisation of the two convolutions, measured before it ships.
 
-$ python -m tools.quantize                      # models/mnist/ -> capsnet.int8.onnx there, the card's `int8`
-$ python -m tools.quantize --model-dir models/fashion-mnist
+$ python -m training.quantize                      # models/mnist/ -> capsnet.int8.onnx there, the card's `int8`
+$ python -m training.quantize --model-dir models/fashion-mnist
 
 After the routing became matmuls (model/routing.py:digit_routing), PrimaryCaps' 9x9 convolution
 (256 -> 256 channels, 382 MFLOP per image) is most of the CPU's time. ONNX Runtime's static
@@ -30,8 +30,8 @@ import numpy as np
 from model import contract
 from training import data
 from training.evaluate import evaluate_onnx
-from training.export import compare_graphs, sha256, store_fp16_if_lossless
 from training.fit import cpu_features, cpu_model
+from training.graphs import compare_graphs, sha256, store_fp16_if_lossless
 
 CALIBRATION_IMAGES = 1000  # the first training images (never the test set)
 CALIBRATION_BATCH = 100
@@ -162,7 +162,7 @@ def quantize_model(model_dir: Path, data_dir: Path | None = None, calibration_im
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m tools.quantize", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m training.quantize", description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["mnist"])
     p.add_argument("--data-dir", type=Path, default=None, help="IDX files of the model's dataset")
     p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES)

@@ -11,8 +11,7 @@ import torch
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
-from tools import quantize
-from training import export
+from training import graphs, quantize
 from training.config import TrainConfig
 
 
@@ -21,7 +20,7 @@ def model_dir(tmp_path_factory):
     """A model folder with an exported random-weight CapsNet and a card."""
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("model")
-    export.export(CapsNet(CapsNetConfig()).eval(), out)
+    graphs.export(CapsNet(CapsNetConfig()).eval(), out)
     card = {
         "version": "fp32",
         "model_config": asdict(CapsNetConfig()),

@@ -1,7 +1,7 @@
 """Write a Triton Inference Server model repository of every shipped CapsNet, to serve them on a fleet.
 
-$ python -m tools.triton triton_repo                          # every shipped model (contract.SHIPPED)
-$ python -m tools.triton triton_repo --model mine=runs/export # one folder, named mine
+$ python -m training.triton triton_repo                          # every shipped model (contract.SHIPPED)
+$ python -m training.triton triton_repo --model mine=runs/export # one folder, named mine
 $ python -m training.export --triton triton_repo                 # export, then the exported model
 $ docker run --gpus=1 -p8000:8000 -v $PWD/triton_repo:/models nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \
       tritonserver --model-repository=/models
@@ -193,7 +193,7 @@ def model_arg(text: str) -> tuple[str, Path]:
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(prog="python -m tools.triton", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m training.triton", description=__doc__.splitlines()[0])
     p.add_argument("repo", type=Path, help="model repository folder to write")
     p.add_argument(
         "--model",

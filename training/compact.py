@@ -1,6 +1,6 @@
 """Compact checkpoints: a run's kept weights in fp16 with its configs and history, no optimiser state.
 
-$ python -m tools.compact runs/mnist/best.pt runs/mnist/best16.pt
+$ python -m training.compact runs/mnist/best.pt runs/mnist/best16.pt
 
 A CapsNet's fp32 weights are 33 MB and last.pt adds Adam's two moments; the compact file is about
 16 MB, small enough to bring back from a remote GPU machine. It loads wherever a checkpoint does
@@ -28,7 +28,7 @@ def compact(src: Path, dst: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.compact", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m training.compact", description=__doc__.splitlines()[0])
     p.add_argument("src", type=Path)
     p.add_argument("dst", type=Path)
     args = p.parse_args(argv)
