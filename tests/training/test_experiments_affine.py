@@ -73,6 +73,30 @@ def test_translation_range_keeps_the_transformed_ink_box_inside(digits):
     assert shifts.abs().max() > 6  # translations reach well beyond MNIST's centred position
 
 
+def test_tffs_recipe_shears_vertically_scales_in_log_and_reaches_five_px(digits):
+    """The other public recipe (affine.TFF): its parameters within its ranges, its shear on the other
+    axis (a vertical line stays vertical under ours, tilts under TFF's), its shifts within reach."""
+    x, p = affine.affnist_like(digits, torch.Generator().manual_seed(3), recipe=affine.TFF)
+    assert p.rotation.abs().max() <= affine.TFF.rotation and p.shear.abs().max() <= affine.TFF.shear
+    for s in (p.scale_x, p.scale_y):
+        assert affine.TFF.scale[0] <= s.min() and s.max() <= affine.TFF.scale[1] and s.max() > 1.2
+    shifts = torch.stack([p.shift_x, p.shift_y], 1)
+    assert shifts.abs().max() <= affine.TFF.reach and (x.sum((1, 2, 3)) > 0).all()
+    bar = torch.zeros(1, 28, 28, dtype=torch.uint8)
+    bar[0, 4:24, 13:15] = 255  # a vertical stroke
+    sheared = {}
+    for axis in ("x", "y"):
+        recipe = affine.Recipe(0.0, 0.2, axis, (1.0, 1.0), log_scale=False, reach=0.0)
+        generator = torch.Generator().manual_seed(0)
+        while True:  # a draw with a clear shear
+            image, q = affine.affnist_like(bar, generator, recipe=recipe)
+            if q.shear.abs().item() > 0.15:
+                break
+        cols = image[0, 0].argmax(1)[image[0, 0].amax(1) > 0.3]  # the stroke's column, row by row
+        sheared[axis] = (cols.max() - cols.min()).item()
+    assert sheared["x"] >= 2 and sheared["y"] <= 1  # x' = x + s y tilts it; y' = y + s x only moves it down
+
+
 def test_ink_box_finds_first_and_last_rows_and_columns():
     x = torch.zeros(2, 10, 10)
     x[0, 2:5, 3:8] = 1.0
