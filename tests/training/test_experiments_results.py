@@ -22,7 +22,9 @@ def test_every_row_of_every_result_is_in_the_table_with_its_numbers():
             ours = f"{row['ours']:.2f}" + (f" ± {row['std']:.2f}" if row.get("std") is not None else "")
             matches = [line for line in lines if f"| {row['model']} | {row['metric']} | {ours} |" in line]
             assert len(matches) == 1, (rec["experiment"], row)
-            assert ("| reduced |" in matches[0]) == row["reduced"] and row.get("hardware", rec["hardware"]) in matches[0]
+            assert ("| reduced |" in matches[0]) == row["reduced"] and row.get("hardware", rec["hardware"]) in matches[
+                0
+            ]
 
 
 def test_a_changed_number_makes_the_table_stale_and_is_rewritten(tmp_path):
