@@ -22,12 +22,13 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
-from benchmarks.harness import MULTIPART, machine, multipart
-from benchmarks.serve_bench import digit_png, write_report
+from benchmarks.report import write_report
 from model import contract
+from tests.harness import MULTIPART, digit_png, machine, multipart
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 REPEATS = 300
@@ -45,6 +46,7 @@ def median_ms(fn, repeats: int = REPEATS) -> float:
 
 def multipart_ms(body: bytes) -> float:
     """Starlette's multipart parsing of a request carrying `body` as the file field."""
+    from starlette.datastructures import UploadFile
     from starlette.requests import Request
 
     payload = multipart(body)
@@ -61,7 +63,7 @@ def multipart_ms(body: bytes) -> float:
             return {"type": "http.request", "body": payload, "more_body": False}
 
         async with Request(scope, receive).form() as form:
-            await form["file"].read()
+            await cast(UploadFile, form["file"]).read()  # the body multipart() made: a file
 
     loop = asyncio.new_event_loop()
     try:
@@ -96,8 +98,8 @@ def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, floa
 
 def profile() -> dict:
     from app import imaging
+    from app.answer import render_prediction
     from app.engine import Engine
-    from app.routes.predict import render
     from app.settings import Settings
 
     settings = Settings(log_level="warning")
@@ -115,7 +117,7 @@ def profile() -> dict:
         "multipart": multipart_ms(body),
         "decode+prepare": median_ms(lambda: imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")),
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
-        "render": median_ms(lambda: render(outputs, prepared, include, engine)),
+        "render": median_ms(lambda: render_prediction(outputs, prepared, include, engine)),
     }
     engine.start()
 
@@ -129,7 +131,7 @@ def profile() -> dict:
 
     stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)
     engine.close()
-    threads = settings.intra_op_threads or os.cpu_count()
+    threads = settings.intra_op_threads or os.cpu_count() or 1
     return {
         "device": machine(),
         "precision": engine.precision,

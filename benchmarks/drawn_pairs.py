@@ -22,8 +22,8 @@ import httpx
 import numpy as np
 from PIL import Image, ImageOps
 
-from benchmarks.harness import start_api
 from benchmarks.served_models import RESULTS, accuracy, test_set
+from tests.harness import start_api
 
 DRAWN = 216  # px: a pair drawn large, 6x the model's 36
 
@@ -63,7 +63,7 @@ def main(argv=None) -> dict:
     url = args.url or f"http://127.0.0.1:{args.port}"
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
-            result = {
+            result: dict = {
                 "device": cpu_model(),
                 "when": time.strftime("%Y-%m-%d %H:%M"),
                 "pairs": len(files),

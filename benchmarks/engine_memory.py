@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import REPO, machine, rss_mb
-from benchmarks.serve_bench import write_report
+from benchmarks.report import write_report
 from model.contract import NUM_PRIMARY
+from tests.harness import REPO, machine, rss_mb
 
 RESULTS = REPO / "benchmarks" / "results"
 BATCH, DECODER_BATCH = 64, 256
@@ -48,7 +48,7 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("ONNX Runtime's defaults (the service before)"),
+    Variant("ONNX Runtime's defaults"),
     Variant("+ freed heap returned (malloc_trim)", trim=True),
     Variant("arena off", arena="off", trim=True),
     Variant("arena shrunk after every run", shrink=True, trim=True),
@@ -93,7 +93,7 @@ def raw_runners(variant: Variant, threads: int) -> dict[str, tuple[Run, Run, int
             options.add_session_config_entry(memory.USE_SHARED_ARENA, "1")
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
-    runners = {}
+    runners: dict[str, tuple[Run, Run, int]] = {}
     for name, folder in contract.SHIPPED.items():
         card = json.loads((folder / contract.MODEL_CARD).read_text())
         spec = read_serving(card, str(folder))

@@ -29,8 +29,8 @@ import numpy as np
 import onnxruntime as ort
 
 from app.imaging.transform import TRANSFORMS, TransformName, sweep
-from benchmarks.harness import machine
 from model import contract
+from tests.harness import machine
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"

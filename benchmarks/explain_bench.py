@@ -14,8 +14,9 @@ import datetime
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import free_port, machine, multipart, start_api
-from benchmarks.serve_bench import digit_png, hey, write_report
+from benchmarks.load import hey
+from benchmarks.report import write_report
+from tests.harness import digit_png, free_port, machine, multipart, start_api
 
 OUT = Path(__file__).parent / "results" / "explain_bench.json"
 MODELS = ("mnist", "affine")

@@ -1,6 +1,6 @@
 """Reliability: the real server under sustained load, its memory over many requests, and SIGTERM under load.
 
-$ python -m benchmarks.reliability                                    # the issue's counts (about 11 min on 2 cores)
+$ python -m benchmarks.reliability                                    # the full counts (minutes)
 $ python -m benchmarks.reliability --requests 2000 --soak 5000        # quicker
 
 Starts `python -m app` (CPU provider, one process: CAPSNET_WORKERS=1, a free port) and, as clients on
@@ -9,7 +9,7 @@ loopback, measures:
   client-side failures by exception type, p50/p99 latency;
 - soak: the server's resident memory (VmRSS) after a warm-up and after `soak` more requests from 8 clients;
 - SIGTERM under load: 32 clients post continuously, the server gets SIGTERM after 2 s; every request
-  is classed as answered (any HTTP status), refused before it was sent (connection refused: the
+  is classed as answered (any HTTP status), refused and never sent (connection refused: the
   server had stopped accepting), or accepted but unanswered (sent, then the connection dropped): the
   last is the number that must be 0 for a graceful shutdown.
 - workers: `python -m app` with CAPSNET_WORKERS=2 and every model: each worker's resident memory once
@@ -37,8 +37,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.harness import (
+from tests.harness import (
     connections,
+    digit_png,
     free_port,
     hey_outcomes,
     machine,
@@ -47,7 +48,6 @@ from benchmarks.harness import (
     start_api,
     workers_ready,
 )
-from benchmarks.serve_bench import digit_png
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "reliability.json"
@@ -57,7 +57,10 @@ ONE_PROCESS = {"CAPSNET_PROVIDERS": "CPUExecutionProvider", "CAPSNET_WORKERS": "
 async def fire(url: str, body: bytes, clients: int, total: int | None = None, until: float | None = None):
     """`clients` loops posting /predict until `total` requests are done or the clock passes `until`;
     returns (statuses, failures by exception type, latencies in ms, failures classed for SIGTERM)."""
-    statuses, failures, latencies, classes = Counter(), Counter(), [], Counter()
+    statuses: Counter[int] = Counter()
+    failures: Counter[str] = Counter()
+    classes: Counter[str] = Counter()
+    latencies: list[float] = []
     files = {"file": ("digit.png", body, "image/png")}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     sent = 0
@@ -72,7 +75,7 @@ async def fire(url: str, body: bytes, clients: int, total: int | None = None, un
                     r = await client.post("/predict", files=files)
                 except httpx.ConnectError as exc:  # refused: never reached the server
                     failures[type(exc).__name__] += 1
-                    classes["refused before sending"] += 1
+                    classes["refused, never sent"] += 1
                     await asyncio.sleep(0.01)
                     continue
                 except httpx.TransportError as exc:  # sent, then no answer
@@ -133,7 +136,7 @@ def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> 
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "client_failures": dict(failures),
         "answered": classes["answered"],
-        "refused_before_sending": classes["refused before sending"],
+        "refused_before_sending": classes["refused, never sent"],
         "accepted_unanswered": classes["accepted, unanswered"],
     }
 
@@ -150,7 +153,7 @@ def wait_for_workers(url: str, count: int, gone: int = 0, timeout: float = 180.0
 
 
 def outcomes(statuses: dict[int, int], errors: dict[str, int]) -> dict:
-    """hey's counts classed: answered (by status), refused before sending, and sent but left without an answer."""
+    """hey's counts classed: answered (by status), refused and never sent, and sent but left without an answer."""
     refused = sum(n for error, n in errors.items() if "connection refused" in error)
     return {
         "statuses": {str(k): v for k, v in sorted(statuses.items())},

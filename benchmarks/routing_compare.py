@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from model.capsnet import CapsNet, CapsNetConfig
-from model.routing import ROUTINGS
+from model.routing import ROUTINGS, QPRouting
 from training import fit, train
 from training.config import TrainConfig
 
@@ -64,6 +64,7 @@ def train_cell(dataset: str, routing: str, args: argparse.Namespace) -> dict:
     )
     t0 = time.time()
     _, run, test = train.train(config, CapsNetConfig(routing=routing))
+    assert test is not None  # one process: rank 0, which measures the test set
     record = next(h for h in run.history if h["epoch"] == run.kept_epoch)
     return {
         "dataset": dataset,
@@ -104,8 +105,8 @@ def timing_cell(routing: str, device: str) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if routing.startswith("qp"):
-            model.digits.routing.ascend(out.votes.detach(), y, 1e-5)
+        if isinstance(qp := model.digits.routing, QPRouting):
+            qp.ascend(out.votes.detach(), y, 1e-5)
         sync()
         if i >= TIMING_WARMUP:
             times.append(time.perf_counter() - t0)

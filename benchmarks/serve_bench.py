@@ -6,16 +6,15 @@ $ python -m benchmarks.serve_bench --seconds 2 --clients 1,8 --workers 1,2,4
 Starts its own servers on 127.0.0.1 (the default model, mnist; batching on: max_batch 64; off:
 max_batch 1), each with two extra routes: a no-op that parses the same multipart body and answers a
 small JSON (the HTTP ceiling), and one that times the engine's own session.run in the server process
-(the bare model: the same graph, threads and cores as /predict). The load comes from `hey` (Debian's
-package; a Go load generator: a Python client on the same cores measured itself, 12.2 ms p50 where hey
-saw 5.8). For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
+(the bare model: the same graph, threads and cores as /predict). The load comes from `hey`
+(benchmarks/load.py). For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
 of /predict (the full answer; include= with the default preprocessing and with preprocess=none), of
 the no-op and of GET /health; then the same digit through the fifteen-line template a user would
 write (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), the baseline. Last, the
 real `python -m app` (mnist) with 1, 2, ... worker processes (CAPSNET_WORKERS, its default threads),
 all running at once and loaded in turn, /predict?include= and the full answer at the most clients, beside
 the bare model's batch-64 images/s; and the same app on Ray Serve with 1, 2, ... replicas (with the `ray`
-extra; `make bench` installs it). Each figure issue 23 set a target for is listed beside it. Where the
+extra; `make bench` installs it). Each figure with a target (targets()) is listed beside it. Where the
 machine has four cores or more, the servers are pinned to the first half of them (ONNX Runtime gets that
 many threads) and this process, the load generator, to the rest, so that the two do not take each other's
 cores; on fewer, both share them all (see split_cpus).
@@ -23,8 +22,6 @@ Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 
 import argparse
-import csv
-import io
 import json
 import os
 import shutil
@@ -34,11 +31,14 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
-from benchmarks.harness import MULTIPART, encode, free_port, machine, multipart, start_api, workers_ready
+from benchmarks.load import hey
+from benchmarks.report import write_report
 from model import contract
+from tests.harness import digit_png, free_port, machine, multipart, start_api, workers_ready
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,9 +62,8 @@ MIN_PINNED_CORES = 2  # the server's event loop, batching thread and ONNX Runtim
 
 def split_cpus() -> tuple[set[int], set[int]]:
     """(server's cores, load generator's cores): the first half and the rest of this process's cores
-    when each half has MIN_PINNED_CORES, else all of them for both. On one core the server's threads
-    take turns through the GIL's 5 ms switch interval: on a 2-core Xeon, pinning the server to one
-    core made /predict 25 ms for a 7 ms model and even the no-op route 3.9 ms."""
+    when each half has MIN_PINNED_CORES, else all of them for both: on one core the server's threads
+    would take turns through the GIL's switch interval, which the latencies would measure instead."""
     cpus = sorted(os.sched_getaffinity(0))
     half = len(cpus) // 2
     return (set(cpus[:half]), set(cpus[half:])) if half >= MIN_PINNED_CORES else (set(cpus), set(cpus))
@@ -75,6 +74,7 @@ def serve(max_batch: int, cores: set[int]) -> None:
     route, under uvicorn."""
     import uvicorn
     from fastapi import Request
+    from starlette.datastructures import UploadFile
 
     from app.main import create_app
     from app.settings import Settings
@@ -88,7 +88,7 @@ def serve(max_batch: int, cores: set[int]) -> None:
     @app.post(NOOP, include_in_schema=False)
     async def noop(request: Request) -> dict:
         async with request.form() as form:
-            await form["file"].read()
+            await cast(UploadFile, form["file"]).read()  # the body multipart() made: a file
         return {"prediction": 0}
 
     @app.get(BARE, include_in_schema=False)
@@ -106,34 +106,6 @@ def serve(max_batch: int, cores: set[int]) -> None:
         return {"p50_ms": round(float(np.median(times)), 3)}
 
     uvicorn.run(app, host=HOST, port=PORT, log_level="warning")
-
-
-def digit_png() -> bytes:
-    """The first MNIST test digit of the fixture, as a PNG (the request every serving benchmark sends)."""
-    with np.load(REPO / "tests" / "fixtures" / "mnist_test_1000.npz") as f:
-        return encode(f["images"][0])
-
-
-def hey(url: str, body: Path | None, clients: int, seconds: float) -> dict:
-    """`clients` concurrent connections posting `body` to `url` (a GET without one) for `seconds` (hey -z),
-    every request's time from hey's CSV: p50/p99 and requests/s; any answer but 200 fails the run."""
-    post = ["-m", "POST", "-D", str(body), "-T", MULTIPART] if body else []
-    command = ["hey", "-z", f"{seconds}s", "-c", str(clients), *post, "-o", "csv", url]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    if not rows:
-        raise RuntimeError(f"hey sent no request to {url}")
-    statuses = {row["status-code"] for row in rows}
-    if statuses != {"200"}:
-        raise RuntimeError(f"{url} answered {sorted(statuses)} under load (only 200 expected)")
-    ms = np.array([float(row["response-time"]) for row in rows]) * 1000
-    elapsed = max(float(row["offset"]) + float(row["response-time"]) for row in rows)
-    return {
-        "requests": len(ms),
-        "p50_ms": round(float(np.percentile(ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(ms, 99)), 3),
-        "rps": round(len(ms) / elapsed, 1),
-    }
 
 
 def get(url: str) -> bytes:
@@ -381,22 +353,14 @@ def markdown(report: dict) -> str:
             "|---:|---|---:|---:|---:|---:|",
             *scaled_rows(report["ray"], "replicas"),
         ]
-    lines += ["", "Targets (issue 23):", "", "| figure | measured | target | met |", "|---|---:|---|---|"]
+    lines += ["", "Targets:", "", "| figure | measured | target | met |", "|---|---:|---|---|"]
     lines += [f"| {t['figure']} | {t['measured']} | {t['target']} | {MET[t['met']]} |" for t in report["targets"]]
     return "\n".join(lines) + "\n"
 
 
-def write_report(out: Path, report: dict, text: str) -> None:
-    """The report as JSON at `out` and its Markdown `text` beside it (.md), which is also printed."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(text)
-    print(text)
-
-
 def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> list[dict]:
-    """Each figure issue 23 sets a target for, measured in this run: {figure, measured, target, met}; met is
-    None for a figure given for context."""
+    """Each figure the service has a target for, measured in this run: {figure, measured, target, met}; met
+    is None for a figure given for context."""
 
     def row(batching, endpoint, include, clients):
         return next(
@@ -482,7 +446,8 @@ def main(argv=None) -> dict:
     server_cpus, client_cpus = split_cpus()
     os.sched_setaffinity(0, client_cpus)  # the server child sets its own; hey inherits this process's
     load_before = os.getloadavg()[0]
-    rows, bares = [], []
+    rows: list[dict] = []
+    bares: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         body = Path(tmp) / "body"
         body.write_bytes(multipart(digit_png()))

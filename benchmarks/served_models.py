@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.harness import encode, machine, start_api
+from tests.harness import encode, machine, start_api
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
 
     server = None if args.url else start_api(args.port)
     url = args.url or f"http://127.0.0.1:{args.port}"
-    result = {
+    result: dict = {
         "device": machine(),
         "cores": os.cpu_count(),
         "url": url,

@@ -22,6 +22,7 @@ prints and saves numbers (benchmarks/results/train_throughput.json).
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -111,7 +112,7 @@ def baseline(task: ShiftedDigits, device: str, steps: int) -> float:
     return per_step(step, device, steps)
 
 
-def routing_steps(u: torch.Tensor, W: torch.Tensor) -> dict[str, callable]:
+def routing_steps(u: torch.Tensor, W: torch.Tensor) -> dict[str, Callable[[], None]]:
     """The digit-capsule layer's votes (Eq. 2) and routing (r = 3) for primary capsules u (B, 1152, 8)
     and W (1152, 10, 16, 8), leaves that require grad: forward and forward + backward, ours (what
     training runs: fused_digit_routing) and the baseline's (its broadcast votes and routing, on copies
@@ -123,7 +124,7 @@ def routing_steps(u: torch.Tensor, W: torch.Tensor) -> dict[str, callable]:
         return public_capsnet.routing((W_public @ u_public[:, None, :, :, None]).squeeze(-1), 3)
 
     calls = {"ours": (lambda: fused_digit_routing(u, W, 3)[0], (u, W)), "baseline": (baseline, (u_public, W_public))}
-    steps = {}
+    steps: dict[str, Callable[[], None]] = {}
     for name, (call, leaves) in calls.items():
 
         def forward(call=call):
@@ -152,7 +153,7 @@ def bench_device(device: str, steps: int, compile: bool) -> dict:
     task = digits(device)
     default = resolve_precision(TrainConfig(device=device))
     precisions = ["fp32"] + (["bf16"] if native_bf16(device) else [])
-    result = {
+    result: dict = {
         "device": device,
         "hardware": hardware(device),
         "torch": torch.__version__,

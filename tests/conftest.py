@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from benchmarks.harness import free_port
+from tests.harness import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

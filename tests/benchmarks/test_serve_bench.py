@@ -35,7 +35,7 @@ def test_serve_bench_writes_its_report(tmp_path):
     ]
     assert all(r["rps"] > 0 and len(r["rps_rounds"]) == serve_bench.ROUNDS for r in workers)
     assert report["ray"] == []
-    figures = {t["figure"]: t for t in report["targets"]}  # every figure the issue set a target for
+    figures = {t["figure"]: t for t in report["targets"]}  # every figure with a target
     assert len(figures) == 7 + (report["providers"][0] != "CPUExecutionProvider") and all(
         t["met"] in (True, False, None) and t["target"] for t in figures.values()
     )

@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from benchmarks import served_models
-from benchmarks.harness import encode
+from tests.harness import encode
 
 
 def test_served_models_writes_its_report(api_url, mnist_fixture, tmp_path, monkeypatch):

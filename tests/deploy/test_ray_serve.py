@@ -13,8 +13,8 @@ pytest.importorskip("ray.serve", reason="needs Ray Serve, the ray extra: pip ins
 from app.main import create_app
 from app.ray_serve import REPLICA
 from app.settings import Settings
-from benchmarks.harness import encode
-from benchmarks.ray_serve_bench import ray_serve
+from tests.harness import encode
+from tests.ray_harness import ray_serve
 
 ENV = {"CAPSNET_MODELS": "mnist", "CAPSNET_PROVIDERS": "CPUExecutionProvider"}
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.harness import MULTIPART, encode, free_port, multipart
 from model import contract
+from tests.harness import MULTIPART, encode, free_port, multipart
 
 pytestmark = pytest.mark.docker
 

@@ -342,7 +342,8 @@ def jittery_demo_url(api_url):
 
     from frontend.app import launch
     from frontend.settings import DemoSettings
-    from tests.conftest import free_port, serving
+    from tests.conftest import serving
+    from tests.harness import free_port
 
     proxy, delays = FastAPI(), itertools.cycle(JITTER_S)
 

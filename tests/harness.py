@@ -1,7 +1,8 @@
-"""What the benchmarks and the tests share to run the service as a user does: a free port, the API
-started as its own process and waited for, an image as PNG bytes, an upload's multipart body, the
-machine in words, and, for several workers, hey's answers and errors, the workers that /metrics lists
-and a process's resident memory, CPU time and connections. Written once here; nothing in it imports torch or the app.
+"""What the tests run the service with as a user does, and the benchmarks borrow: a free port, the API
+started as its own process and waited for, an image as PNG bytes (the first MNIST test digit among them),
+an upload's multipart body, the machine in words, and, for several workers, hey's answers and errors, the
+workers that /metrics lists and a process's resident memory, CPU time and connections. It imports neither
+torch, the app nor the benchmarks: benchmarks/ imports it, never the other way round.
 """
 
 import contextlib
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 BOUNDARY = "capsnet-bench-boundary"
@@ -64,12 +66,17 @@ def encode(image: Image.Image | np.ndarray, fmt: str = "PNG", **save_args) -> by
     """An image as file bytes (PNG unless fmt says otherwise); an array is (H, W[, C]) uint8, or float in
     [0, 1]."""
     if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8:
-            image = np.round(np.clip(image, 0.0, 1.0) * 255).astype(np.uint8)
-        image = Image.fromarray(image)
+        pixels = image if image.dtype == np.uint8 else np.round(np.clip(image, 0.0, 1.0) * 255).astype(np.uint8)
+        image = Image.fromarray(pixels)
     buffer = io.BytesIO()
     image.save(buffer, fmt, **save_args)
     return buffer.getvalue()
+
+
+def digit_png() -> bytes:
+    """The first MNIST test digit of the fixture, as a PNG (the request the serving tests and benchmarks send)."""
+    with np.load(REPO / "tests" / "fixtures" / "mnist_test_1000.npz") as f:
+        return encode(f["images"][0])
 
 
 def multipart(payload: bytes, filename: str = "digit.png", mime: str = "image/png") -> bytes:
@@ -121,8 +128,6 @@ def hey_outcomes(
 def workers_ready(url: str) -> set[int]:
     """The worker processes whose models are all warm, from GET /metrics (capsnet_model_ready's pid labels,
     there when the API runs several workers)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
         text = response.read().decode()
     samples = [s for family in text_string_to_metric_families(text) for s in family.samples]

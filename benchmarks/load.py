@@ -1,0 +1,34 @@
+"""Load from hey (Debian's package, a Go load generator): concurrent clients sending one request for a
+while, every request's time from hey's CSV. A Python client on the same cores would measure itself more
+than the server."""
+
+import csv
+import io
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from tests.harness import MULTIPART
+
+
+def hey(url: str, body: Path | None, clients: int, seconds: float) -> dict:
+    """`clients` concurrent connections posting the multipart `body` to `url` (a GET without one) for
+    `seconds` (hey -z): p50/p99 and requests/s; any answer but 200 fails the run."""
+    post = ["-m", "POST", "-D", str(body), "-T", MULTIPART] if body else []
+    command = ["hey", "-z", f"{seconds}s", "-c", str(clients), *post, "-o", "csv", url]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    if not rows:
+        raise RuntimeError(f"hey sent no request to {url}")
+    statuses = {row["status-code"] for row in rows}
+    if statuses != {"200"}:
+        raise RuntimeError(f"{url} answered {sorted(statuses)} under load (only 200 expected)")
+    ms = np.array([float(row["response-time"]) for row in rows]) * 1000
+    elapsed = max(float(row["offset"]) + float(row["response-time"]) for row in rows)
+    return {
+        "requests": len(ms),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "rps": round(len(ms) / elapsed, 1),
+    }
