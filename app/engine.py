@@ -3,13 +3,13 @@
 Paper: `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
     https://arxiv.org/abs/1710.09829
 
-Sessions are created once (the app's lifespan), on the providers of the settings that this
-onnxruntime build has and this host can run (CUDA only where the driver reports a device, probed
-before onnxruntime's loader gets to log its errors); the providers really in use are
-`session.get_providers()` (ORT still falls back to CPU when CUDA cannot start) and that is what
-gets logged and shown. A warm-up run at
-batch 1 and max_batch precedes readiness (cuDNN picks its conv algorithms on first sight of a
-shape; HEURISTIC search keeps that short).
+The engine keeps the sessions and batches the runs; what an answer makes of the outputs is app/answer.py's.
+Sessions are created once (the app's lifespan), on the providers of the settings that this onnxruntime
+build has and this host can run (CUDA only where the driver reports a device, probed before onnxruntime's
+loader gets to log its errors); the providers really in use are `session.get_providers()` (ORT still falls
+back to CPU when CUDA cannot start) and that is what gets logged and shown. A warm-up run at batch 1 and
+max_batch precedes readiness (cuDNN picks its conv algorithms on first sight of a shape; HEURISTIC search
+keeps that short).
 """
 
 import ctypes
@@ -33,41 +33,11 @@ from model.card import read_serving
 
 log = logging.getLogger(__name__)
 
-# use_tf32 0: with TF32 convolutions and matmuls (ORT's default on Ampere and later) the CUDA outputs
-# left the CPU's by up to 1.2e-3 (reconstruction) and 1.2e-4 (lengths) on an H100; in fp32, 2.1e-6
-# (benchmarks/provider_parity.py, 1,000 test images), at no measurable cost for a model this small.
+# use_tf32 0: TF32 convolutions and matmuls (ORT's default on Ampere and later) take the CUDA outputs
+# orders of magnitude further from the CPU's than fp32 does (benchmarks/provider_parity.py measures both),
+# and fp32 costs a model this small no measurable time.
 PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
 Outputs = dict[str, np.ndarray]  # contract output name -> array
-
-
-def routing_maps(routing: np.ndarray, vote_lengths: np.ndarray, types: int, grid: int) -> np.ndarray:
-    """Per-class grid x grid maps of where the routing sent each class's evidence from.
-
-    map_j(row, col) = Σ over the primary types t of c_ij · ||u_hat_j|i||, i = t*grid² + row*grid + col
-    (contract's capsule index), with c_ij the final coupling coefficients of Procedure 1 and u_hat
-    the prediction vectors of Eq. 2.
-
-    Args:
-        routing: c_ij, (types * grid², classes): (1152, 10) for MNIST's 32 types on a 6x6 grid.
-        vote_lengths: ||u_hat_j|i||, the same shape.
-    Returns:
-        (classes, grid, grid) float32.
-    """
-    maps = (routing * vote_lengths).reshape(types, grid, grid, -1).sum(axis=0)  # (grid, grid, classes)
-    return np.ascontiguousarray(maps.transpose(2, 0, 1), dtype=np.float32)
-
-
-def coupling_changes(couplings: np.ndarray) -> np.ndarray:
-    """How far each iteration of Procedure 1 moved the couplings: mean over i, j of |c_ij^r - c_ij^(r-1)|,
-    0 for r = 1 (which has no predecessor).
-
-    Args:
-        couplings: c_ij of every iteration (R, primary, classes), a routing_iterations row.
-    Returns:
-        (R,) float32.
-    """
-    steps = np.abs(np.diff(couplings, axis=0)).mean(axis=(1, 2))
-    return np.concatenate([np.zeros(1, np.float32), steps.astype(np.float32)])
 
 
 def cuda_devices() -> int:
@@ -206,11 +176,6 @@ class Engine:
         """Side of the model's square input (and of its reconstructions)."""
         return self.spec.size
 
-    def routing_maps(self, routing: np.ndarray, vote_lengths: np.ndarray) -> np.ndarray:
-        """routing_maps on this model's primary grid: (classes, grid, grid)."""
-        primary = self.spec.primary_capsules
-        return routing_maps(routing, vote_lengths, primary.types, primary.grid)
-
     def _session(self, filename: str) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.settings.session_threads
@@ -294,10 +259,6 @@ class Engine:
         batcher, names = self._capsnet_runner(iterations)
         outputs = await batcher.submit(images[:, None].astype(np.float32, copy=False))
         return [{name: out[k] for name, out in zip(names, outputs, strict=True)} for k in range(len(images))]
-
-    def routing_iteration_maps(self, couplings: np.ndarray, vote_lengths: np.ndarray) -> np.ndarray:
-        """routing_maps of every iteration's couplings (R, primary, classes): (R, classes, grid, grid)."""
-        return np.stack([self.routing_maps(c, vote_lengths) for c in couplings])
 
     async def reconstruct(self, classes: np.ndarray, capsules: np.ndarray) -> np.ndarray:
         """Classes (n,) and their 16D capsules (n, 16) -> decoder images (n, size, size).

@@ -24,8 +24,8 @@ import onnxruntime as ort
 from model import contract
 
 # A run on the CPU holds at most the votes of 16 MNIST images (11.8 MB of float32): 16 rows of the 28x28
-# models, 5 of the 36x36 one (3,200 primary capsules), 4 of the 40x40 one (4,608). Runs of 32 held 23 MB more
-# per worker (475 vs 452 MB with every model: OpenCV's import takes 21) at the same images/s at batch 64.
+# models, 5 of the 36x36 one (3,200 primary capsules), 4 of the 40x40 one (4,608). Longer runs hold more
+# memory per worker for no more images/s at batch 64 (benchmarks/engine_memory.py, its run-size variants).
 RUN_PRIMARY_CAPSULES = 16 * contract.NUM_PRIMARY
 USE_SHARED_ARENA = "session.use_env_allocators"  # the session config entry that takes the shared arena
 NEXT_POWER_OF_TWO = 0  # ONNX Runtime's default arena extend strategy

@@ -44,7 +44,16 @@ ITERATIONS = "iterations"  # /predict?include= of routing.iterations, asked for 
 INCLUDE_DEFAULT = ("capsules", "reconstruction", "routing")  # /predict without ?include=
 INCLUDE_OPTIONS = (*INCLUDE_DEFAULT, ITERATIONS)  # /predict?include=
 DRAWING_OPTIONS = ("image", "png")  # /reconstruct?include=
-Preprocess = Literal["auto", "mnist", "none"]  # mnist: the earlier name of auto
+# ?preprocess= of /predict and /explain. `mnist` is an alias of `auto`, its name from when every served model
+# read digits: it is taken and does what auto does, so that clients written then keep working.
+Preprocess = Literal["auto", "mnist", "none"]
+PREPROCESS_DESCRIPTION = (
+    "auto: the preprocessing the model's card names (GET /models: digit finds the paper and the ink in photos, "
+    "scans and canvases, keeps the digit's parts, brings its stroke into MNIST's range, fits its ink box and "
+    "centres its mass; digit-pair does the same for two overlapping digits; garment trims the background, fits "
+    "the frame and negates). mnist: an alias of auto (its earlier name). none: the image is already the "
+    "model's input (28x28 or its size), white on black"
+)
 
 
 # --- /predict -------------------------------------------------------------------------------------

@@ -27,8 +27,7 @@ def available_cores() -> int:
     """The cores this process may run on: its CPU affinity (taskset, a cpuset), capped by a cgroup v2 CPU
     quota rounded up (`docker run --cpus 2.5` gives 3). The default number of workers: most of a request's
     CPU time is a worker's Python (HTTP, preprocessing, the answer), which uses about one core at most, so
-    one worker per core (README "Serving against issue 23's targets": on a 2-core machine two answered 1.3x
-    to 1.5x the requests of one at 64 clients)."""
+    one worker per core (benchmarks/serve_bench.py measures one worker beside several)."""
     cores = len(os.sched_getaffinity(0))
     try:
         quota, period = CGROUP_CPU_MAX.read_text().split()

@@ -9,6 +9,7 @@ resample.py   Pillow's bicubic and Lanczos resize of a small float picture, as t
 prepared.py   what each of them returns: the input, its warnings, its candidates
 registry.py   the card's preprocessing name -> its function; preprocess() picks one
 render.py     the answer's pictures: PNG data URLs and the paper's Fig. 5 overlay
+transform.py  /explain's transforms of the model's input (rotate, scale, shear, shift, thickness): sweep()
 """
 
 from app.imaging.decode import ImageError, decode, from_base64, open_image

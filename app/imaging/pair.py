@@ -16,10 +16,9 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     """The pair's union fitted into ink boxes around `box` (candidates), or taken at its scale when the
     picture is already the model's size x size."""
     # Two digits' union has no one size (each digit is 20 px, their shifts differ by up to 8): a picture
-    # at the model's size is taken at its scale (fitting the union to the median box cost the model 13
-    # points on the card's test pairs: 71% vs 84%); a drawing or photo is fitted to unions from 4 px
-    # under the median to 4 over, and the scale the model's answer redraws best is kept
-    # (app/routes/predict.py: read).
+    # at the model's size is taken at its scale (fitting the union to the median box reads fewer of the
+    # card's test pairs right); a drawing or photo is fitted to unions from 4 px under the median to 4
+    # over, and the scale the model's answer redraws best is kept (app/answer.py: read).
     if image.size == (size, size):
         return digits(image, None, size, PAIR)
     return digits(image, tuple(box + step for step in PAIR_STEPS), size, PAIR)

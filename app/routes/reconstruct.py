@@ -1,30 +1,16 @@
 """POST /reconstruct: class capsules in, the decoder's drawings out (the paper's Fig. 4 perturbations);
-?model=NAME picks whose decoder (the default model without it)."""
+?model=NAME picks whose decoder (the default model without it). app/answer.py draws and writes them."""
 
 from typing import Annotated
 
 import numpy as np
-import orjson
 from fastapi import APIRouter, HTTPException, Query, Response
-from fastapi.concurrency import run_in_threadpool
 
-from app import imaging
+from app import answer
 from app.deps import EngineDep, SettingsDep, parse_include
 from app.schemas import DRAWING_OPTIONS, ErrorMessage, ReconstructRequest, ReconstructResponse
 
 router = APIRouter(tags=["model"])
-
-
-def render(images: np.ndarray, parts: set[str]) -> bytes:
-    """The drawings as JSON: pixels and/or PNG data URLs (PNGs cost ~0.2 ms each: a Fig. 4 grid's 176, 37 ms)."""
-    items = [
-        {
-            **({"image": image} if "image" in parts else {}),
-            **({"png": imaging.png_data_url(image)} if "png" in parts else {}),
-        }
-        for image in images
-    ]
-    return orjson.dumps({"items": items}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 @router.post(
@@ -62,5 +48,4 @@ async def reconstruct(
         )
     digits = np.array([item.digit for item in items])
     capsules = np.array([item.capsule for item in items], np.float32)
-    images = await engine.reconstruct(digits, capsules)
-    return Response(await run_in_threadpool(render, images, parts), media_type="application/json")
+    return Response(await answer.reconstruct(digits, capsules, parts, engine), media_type="application/json")

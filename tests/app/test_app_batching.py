@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.batcher import DynamicBatcher, QueueFullError
-from benchmarks.harness import encode
+from tests.harness import encode
 
 
 class FakeModel:

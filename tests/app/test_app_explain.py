@@ -11,8 +11,8 @@ from PIL import Image
 
 from app.imaging import from_base64
 from app.imaging.transform import TRANSFORMS, TransformName, apply, centre_of_mass, sweep
-from benchmarks.harness import encode
 from model import contract
+from tests.harness import encode
 
 SIZE = contract.IMAGE_SIZE
 

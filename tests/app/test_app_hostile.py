@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from app.deps import get_engine
-from benchmarks.harness import encode
 from model import contract
+from tests.harness import encode
 
 MB = 1024 * 1024
 DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink

@@ -11,8 +11,8 @@ from app.imaging import ImageError, resample
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
-from benchmarks.harness import encode
 from model import contract
+from tests.harness import encode
 
 MAX_PIXELS = 40_000_000
 

@@ -239,5 +239,5 @@ def test_auto_precision_is_int8_only_on_a_cpu_where_the_card_ships_it(on_cpu, sh
 def test_int8_without_its_graph_stops_start_up_with_a_sentence(tmp_path):
     for name in (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD):
         (tmp_path / name).write_bytes((contract.SHIPPED["mnist"] / name).read_bytes())
-    with pytest.raises(ValidationError, match=r"precision int8 needs .*python -m tools\.quantize"):
+    with pytest.raises(ValidationError, match=r"precision int8 needs .*python -m training\.quantize"):
         Settings(models=[f"mine={tmp_path}"], precision="int8")

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.engine import routing_maps
+from app import answer
+from app.answer import doubts
+from app.couplings import routing_maps
 from app.imaging import from_base64
-from app.routes.predict import doubts
-from benchmarks.harness import encode
 from model import contract
+from tests.harness import encode
 
 FULL = {
     "prediction",
@@ -44,6 +45,17 @@ def test_mnist_digits_get_their_labels(client, mnist_fixture, model_card):
     for preprocess, needed in (("none", 0.98), ("mnist", 0.97)):
         got = [post_png(client, x, include="", preprocess=preprocess).json()["prediction"] for x in images]
         assert np.mean(np.array(got) == labels) >= needed, preprocess
+
+
+def test_mnist_is_a_documented_alias_of_auto(client, digits):
+    """?preprocess=mnist, auto's earlier name, answers as auto does, and /predict and /explain say so."""
+    image = np.asarray(Image.fromarray(digits[0][0]).resize((84, 84)))  # not the model's size: preprocessed
+    auto, alias = (post_png(client, image, preprocess=p).json() for p in ("auto", "mnist"))
+    assert auto == alias
+    paths = client.get("/openapi.json").json()["paths"]
+    for route in ("/predict", "/explain"):
+        (parameter,) = [q for q in paths[route]["post"]["parameters"] if q["name"] == "preprocess"]
+        assert "mnist: an alias of auto" in parameter["description"], route
 
 
 def test_outputs_keep_their_invariants(client, digits):
@@ -208,18 +220,16 @@ def test_unusual_input_comes_with_warnings(client, digits):
 
 def test_only_a_small_picture_taken_as_it_is_is_read_on_the_event_loop(client, digits, monkeypatch):
     """preprocess=none on a 28x28 PNG is read inline, with no thread hop; the default preprocessing always
-    runs off the event loop, even for a tiny picture (a dot is scaled up 80 times to measure its stroke:
-    tens of milliseconds that must not hold up other requests); the answers agree."""
-    from app.routes import predict
-
+    runs off the event loop, even for a tiny picture (a dot is scaled up to measure its stroke, which must
+    not hold up other requests); the answers agree."""
     hops = []
-    original = predict.run_in_threadpool
+    original = answer.run_in_threadpool
 
     async def counted(fn, *args, **kwargs):
         hops.append(fn)
         return await original(fn, *args, **kwargs)
 
-    monkeypatch.setattr(predict, "run_in_threadpool", counted)
+    monkeypatch.setattr(answer, "run_in_threadpool", counted)
     dot = np.zeros((28, 28), np.uint8)
     dot[14, 14] = 255
     for image, preprocess, hops_after in ((digits[0][0], "none", 0), (digits[0][0], "auto", 1), (dot, "auto", 2)):

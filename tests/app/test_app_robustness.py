@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "robustness"
-# Floors for the sample. The preprocessing of 57a33ec read 1 of its 6 photos and 90% of the 60
-# images (10.5% of the suite's 200 photos: benchmarks/results/robustness_before.json); this one reads
-# every photo and 59 of 60 (a DejaVu Sans "1" with a foot is read as 7). Low-resolution digits: 098fb5b's
-# refused two of the 6 as blank paper (67.5% of the suite's 200:
-# benchmarks/results/robustness_issue22_before.json); now 5 are read (an 8 shrunk to 8x8 is read as 4).
+# Floors for the sample: every photo, 5 of the 6 low-resolution digits (an 8 shrunk to 8x8 is read as 4)
+# and 95% of all (a DejaVu Sans "1" with a foot is read as 7).
 FLOORS = {"photo": 1.0, "lowres": 5 / 6}
 OVERALL = 0.95
 

@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.couplings import coupling_changes, routing_maps
 from app.deps import get_engines
-from app.engine import Engines, coupling_changes, routing_maps
+from app.engine import Engines
 from app.main import create_app
-from benchmarks.harness import encode
 from model import contract
 from tests.conftest import without_iteration_outputs
+from tests.harness import encode
 
 ROUTING_FIELDS = {"coefficients", "maps"}
 

@@ -16,18 +16,18 @@ import urllib.request
 import pytest
 
 from app import memory
-from benchmarks.harness import (
+from model import contract
+from tests.harness import (
     MULTIPART,
     connections,
     cpu_seconds,
+    digit_png,
     free_port,
     hey_outcomes,
     multipart,
     start_api,
     workers_ready,
 )
-from benchmarks.serve_bench import digit_png
-from model import contract
 
 pytestmark = pytest.mark.skipif(shutil.which("hey") is None, reason="needs hey (apt-get install hey)")
 
