@@ -7,7 +7,11 @@ EPOCHS  ?= 10
 API_PORT ?= 8000
 DEMO_PORT ?= 7860
 
-.PHONY: install install-ray lint test demo serve train export fetch bench docker-smoke campaign-preflight clean
+.PHONY: help install install-ray lint test demo serve train export fetch bench docker-smoke campaign-preflight clean
+.DEFAULT_GOAL := help
+
+help:                          ## this list: every target and what it does (`make` alone prints it)
+	@awk -F ':[^#]*## ' '/^[a-z-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,7 +19,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q torch==2.13.0   # the CPU wheel; an unpinned torch pulls CUDA packages
 	$(BIN)/pip install -q -e '.[serve,train,demo,dev]'
 
-install: $(BIN)/python
+install: $(BIN)/python         ## the venv with every extra but ray: serve, train, demo, dev (torch's CPU wheel)
 
 install-ray: $(BIN)/python     ## the ray extra (Ray Serve: app/ray_serve.py, its test and benchmark); CI installs it
 	$(BIN)/pip install -q -e '.[ray]'
@@ -28,7 +32,7 @@ lint: $(BIN)/python            ## ruff (lint, then format --check) and mypy: wha
 test: $(BIN)/python            ## run the test suite (what .ci/run runs; the containers: make docker-smoke)
 	$(BIN)/python -m pytest -q -m "not docker"
 
-serve: $(BIN)/python           ## the API alone on http://127.0.0.1:$(API_PORT)
+serve: $(BIN)/python           ## the API alone on http://127.0.0.1:8000 (API_PORT= moves it)
 	CAPSNET_PORT=$(API_PORT) $(BIN)/python -m app
 
 demo: $(BIN)/python            ## the API and the demo with the shipped model; Ctrl-C stops both
@@ -65,5 +69,5 @@ campaign-preflight: $(BIN)/python  ## the GPU campaign's whole cycle on the CPU,
 export: $(BIN)/python          ## export runs/mnist/best.pt to models/mnist/ (graphs and card)
 	$(BIN)/python -m training.export
 
-clean:
+clean:                         ## remove the venv, pytest's cache and runs/
 	rm -rf $(VENV) .pytest_cache runs

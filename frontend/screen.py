@@ -1,7 +1,7 @@
 """Which answer may show: per browser session and tab, the input on screen and the newest prediction.
 
 A stroke's answer can arrive after the Predict click's, and a drawing's after an example was picked;
-Screen keeps a late answer to an older input from replacing a newer one (README: "The demo answers for
+Screen keeps a late answer to an older input from replacing a newer one (docs/serving.md: "The demo answers for
 what is on screen"), and `gated` puts it in front of an event's handler.
 """
 

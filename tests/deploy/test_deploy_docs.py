@@ -1,16 +1,20 @@
-"""The deployment files and the README say the same as the code: every setting is documented and
-passed through by compose, and the README's test command is the one CI runs."""
+"""The deployment files and the docs say the same as the code: every setting is documented in
+docs/serving.md and passed through by compose, the README's test command is the one CI runs, and `make` lists its targets."""
 
 import ast
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from app.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+SERVING = (REPO / "docs" / "serving.md").read_text()
 NOT_PASSED = {"host", "port"}  # fixed by the image
 
 
@@ -20,12 +24,12 @@ def demo_settings_fields() -> list[str]:
     return [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
 
 
-def test_readme_documents_every_setting():
-    missing = [f"CAPSNET_{f.upper()}" for f in Settings.model_fields if f"CAPSNET_{f.upper()}" not in README]
+def test_serving_doc_documents_every_setting():
+    missing = [f"CAPSNET_{f.upper()}" for f in Settings.model_fields if f"CAPSNET_{f.upper()}" not in SERVING]
     missing += [
-        f"CAPSNET_DEMO_{f.upper()}" for f in demo_settings_fields() if f"CAPSNET_DEMO_{f.upper()}" not in README
+        f"CAPSNET_DEMO_{f.upper()}" for f in demo_settings_fields() if f"CAPSNET_DEMO_{f.upper()}" not in SERVING
     ]
-    assert not missing, f"README.md does not document {missing}"
+    assert not missing, f"docs/serving.md does not document {missing}"
 
 
 def test_compose_passes_every_api_setting_through():
@@ -61,3 +65,15 @@ def test_readme_gives_two_set_up_commands_and_ci_runs_its_test_command():
     ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     assert test in ci_lines, f"README's test command {test!r} is not what .ci/run runs"
     assert "make docker-smoke" in ci_lines
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_alone_lists_every_target_with_its_words():
+    """`make` with no target is `make help`: one line per target, its name and the words after its `##`."""
+    described = dict(re.findall(r"^([\w-]+):[^#\n]*## (.+)$", (REPO / "Makefile").read_text(), re.M))
+    assert set(described) == make_targets(), "every target has its ## words"
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "-C", str(REPO)], capture_output=True, text=True, check=True
+    ).stdout
+    listed = dict(line.strip().split(None, 1) for line in out.splitlines())
+    assert listed == {target: words.strip() for target, words in described.items()}
