@@ -2,7 +2,7 @@
 
 $ pip install -e '.[serve,ray]'
 $ serve run deploy/ray/serve.yaml                                 # a local Ray, http://127.0.0.1:8000
-$ serve deploy deploy/ray/serve.yaml --address http://HEAD:8265   # a running cluster (docs/deployment.md: Past one machine)
+$ serve deploy deploy/ray/serve.yaml --address http://HEAD:8265   # a running cluster (docs/deployment.md)
 
 Each replica (a Ray actor) builds `create_app()` from the CAPSNET_* variables of its environment (the
 config's runtime_env env_vars), loads and warms up every model before Serve sends it a request, as
