@@ -8,7 +8,7 @@ dynamic (the paper), em (`Matrix Capsules with EM Routing`, with 4x4 pose matric
 
 Parts before the whole: squash (Eq. 1) -> PrimaryCaps -> DigitCaps (Eq. 2 + routing) ->
 PrimaryMatrixCaps -> MatrixDigitCaps (EM) -> Decoder (Fig. 2) -> margin loss (Eq. 4) ->
-CapsNetConfig -> CapsNet.
+spread loss (matrix capsules' Eq. 3) -> CapsNetConfig -> CapsNet.
 For a 28x28 input: Conv1 20x20x256 -> 1152 primary 8D capsules -> 10 digit 16D capsules;
 8,215,568 parameters, 6,804,224 without the decoder (the paper's 8.2M and 6.8M), for dynamic routing.
 """
@@ -49,8 +49,12 @@ __all__ = [
     "create_routing",
     "margin_loss",
     "one_hot",
+    "spread_loss",
     "squash",
 ]
+
+LOSSES = ("margin", "spread")
+SPREAD_MARGINS = (0.2, 0.9)  # the spread loss's margin m, raised from the first to the second over training
 
 
 class _StridedConvFunction(torch.autograd.Function):
@@ -287,6 +291,24 @@ def margin_loss(
     return (present + absent).sum(dim=1).mean()
 
 
+def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float | torch.Tensor) -> torch.Tensor:
+    """Matrix capsules' Eq. 3 (Hinton, Sabour & Frosst 2018, section 3): L_i = max(0, m - (a_t - a_i))^2,
+    L = sum over the classes i != t, averaged over the batch. Each wrong class must stay m below the
+    target's activation; m grows during training (SPREAD_MARGINS), so no class starts dead.
+
+    Args:
+        activations: a_i, (B, K).
+        targets: class indices t, (B,): one class per image.
+        margin: m, a float or a 0-d tensor (a tensor the training loop moves without recompiling).
+    """
+    if targets.dim() != 1:
+        raise ValueError(f"the spread loss takes one class per image, got targets of shape {tuple(targets.shape)}")
+    a_t = activations.gather(1, targets.unsqueeze(1))  # (B, 1)
+    gap = F.relu(margin - (a_t - activations)) ** 2  # (B, K); the target's own term is m^2
+    wrong = 1.0 - one_hot(targets, activations.shape[1], activations.dtype)
+    return (gap * wrong).sum(dim=1).mean()
+
+
 def reconstruction_loss(reconstruction: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     """Sum of squared pixel errors per image (section 4.1; not the mean), averaged over the batch."""
     return ((reconstruction - images.view_as(reconstruction)) ** 2).flatten(1).sum(dim=1).mean()
@@ -303,7 +325,8 @@ class CapsNetConfig:
     routing: str = "dynamic"  # one of routing.ROUTINGS: dynamic, em, qp-l2, qp-l1
     routing_iters: int = 3  # r in Procedure 1, and the number of M-steps of EM routing (qp has none)
     qp_lambda: float = 1e-3  # lambda of the qp penalty, Eqs. 10 and 14 ("usually set small, e.g. 0.001")
-    em_inv_temp: float = 3.0  # lambda of Eq. 27 at EM's last iteration (1, 2, 3 over r = 3 iterations)
+    em_inv_temp: float = 1e-3  # lambda of Eq. 27, the inverse temperature of EM's activations, every iteration
+    loss: str | None = None  # margin (Eq. 4) or spread (matrix capsules' Eq. 3); unset: spread for em, else margin
     reconstruction: bool = True  # the decoder and its loss (Table 1's ablation)
     recon_weight: float = 0.0005  # scales the sum-squared reconstruction error (section 4.1)
 
@@ -312,6 +335,10 @@ class CapsNetConfig:
             raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
         if self.routing == "em" and self.caps_dim != 16:
             raise ValueError(f"em routing has 4x4 pose matrices: caps_dim must be 16, got {self.caps_dim}")
+        if self.loss is None:
+            self.loss = "spread" if self.routing == "em" else "margin"
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
 
     @property
     def primary_grid(self) -> int:
@@ -386,9 +413,19 @@ class CapsNet(nn.Module):
             reconstruction = self.decoder(mask_capsules(capsules, chosen))
         return CapsNetOutput(lengths, capsules, routing, reconstruction, votes, iterations)
 
-    def loss(self, out: CapsNetOutput, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Margin loss (Eq. 4) + recon_weight * sum-squared reconstruction error (section 4.1)."""
-        loss = margin_loss(out.lengths, targets)
+    def loss(
+        self,
+        out: CapsNetOutput,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        spread_margin: float | torch.Tensor = SPREAD_MARGINS[1],
+    ) -> torch.Tensor:
+        """Margin loss (Eq. 4), or the spread loss at margin spread_margin (config.loss), + recon_weight *
+        sum-squared reconstruction error (section 4.1)."""
+        if self.config.loss == "spread":
+            loss = spread_loss(out.lengths, targets, spread_margin)
+        else:
+            loss = margin_loss(out.lengths, targets)
         if out.reconstruction is not None:
             loss = loss + self.config.recon_weight * reconstruction_loss(out.reconstruction, images)
         return loss

@@ -65,6 +65,10 @@ class Task:
     def loss(self, model: nn.Module, batch: Batch) -> StepOut:
         raise NotImplementedError
 
+    def schedule(self, progress: float) -> None:
+        """Called before every step with the fraction of the planned epochs done, for a loss whose
+        terms move over training (the spread loss's margin)."""
+
     def validate(self, model: nn.Module) -> dict | None:
         return None
 
@@ -319,6 +323,7 @@ def fit(model: nn.Module, task: Task, config: TrainConfig, log=print) -> Run:
         hits = torch.zeros((), device=device)
         batches = epoch_batches(task.train_size, config.batch_size, rank, world, gens["order"])
         for step in range(steps):
+            task.schedule((epoch - 1 + step / steps) / config.epochs)
             batch = task.draw(batches[step], gens["augment"])
             if config.channels_last:
                 batch = batch._replace(x=batch.x.contiguous(memory_format=torch.channels_last))

@@ -8,7 +8,8 @@ $ torchrun --nproc_per_node 2 -m training.train --epochs 10  # DistributedDataPa
 $ python -m training.train --routing em --out runs/em         # or qp-l2 / qp-l1 (docs/routing.md)
 
 Adam with exponential LR decay (stepped each step, --lr-decay is the factor per epoch), margin loss
-(Eq. 4) + 0.0005 x sum-squared reconstruction with the true-label mask, ±2 px shifts (section 5).
+(Eq. 4; EM routing: the spread loss of matrix capsules, --loss) + 0.0005 x sum-squared reconstruction
+with the true-label mask, ±2 px shifts (section 5).
 The kept checkpoint is chosen on a 5,000-image validation split, never on the test set; with
 --val-size 0 the run trains on all 60,000 images and keeps its last epoch (choose the epoch count on
 a validated run first). bf16 autocast where it is native (--precision), routing in fp32 always.
@@ -28,7 +29,7 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-from model.capsnet import CapsNet, CapsNetConfig
+from model.capsnet import LOSSES, SPREAD_MARGINS, CapsNet, CapsNetConfig
 from model.routing import ROUTINGS
 from training import cli, data
 from training.config import PRECISIONS, TrainConfig, augment
@@ -41,14 +42,14 @@ from training.fit import Batch, Run, StepOut, Task, fit, hardware
 OFFICIAL_RECON_WEIGHT = 0.01
 
 
-MODEL_OPTIONS = ("routing", "routing_iters", "qp_lambda", "em_inv_temp", "reconstruction", "recon_weight")
+MODEL_OPTIONS = ("routing", "routing_iters", "qp_lambda", "em_inv_temp", "loss", "reconstruction", "recon_weight")
 
 
 def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
     """Every field of TrainConfig and the model's training choices of CapsNetConfig, as options (training/cli.py)."""
     p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.splitlines()[0])
     cli.add_options(p, TrainConfig, choices={"dataset": data.DATASETS, "precision": PRECISIONS})
-    cli.add_options(p, CapsNetConfig, only=MODEL_OPTIONS, choices={"routing": ROUTINGS})
+    cli.add_options(p, CapsNetConfig, only=MODEL_OPTIONS, choices={"routing": ROUTINGS, "loss": LOSSES})
     args = p.parse_args(argv)
     return cli.build(TrainConfig, args), cli.build(CapsNetConfig, args)
 
@@ -58,7 +59,8 @@ def parse_args(argv=None) -> tuple[TrainConfig, CapsNetConfig]:
 
 class ShiftedDigits(Task):
     """MNIST or Fashion-MNIST as in section 5: each training image shifted by up to max_shift pixels
-    with zero padding, a fresh shift every time it is drawn; margin + reconstruction loss; accuracy."""
+    with zero padding, a fresh shift every time it is drawn; the model's loss (margin, or spread with its
+    margin raised linearly from SPREAD_MARGINS[0] to [1] over the planned epochs) + reconstruction; accuracy."""
 
     def __init__(
         self,
@@ -70,6 +72,11 @@ class ShiftedDigits(Task):
         self.train, self.val = splits["train"], splits["val"]
         self.train_size, self.max_shift, self.eval_batch_size = len(self.train), max_shift, eval_batch_size
         self.augment = augment or data.Augment()
+        self.spread_margin = torch.full((), SPREAD_MARGINS[0], device=self.train.images.device)
+
+    def schedule(self, progress: float) -> None:
+        lo, hi = SPREAD_MARGINS
+        self.spread_margin.fill_(lo + (hi - lo) * min(1.0, progress))  # on the device: no host sync
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
         x = self.augment(data.to_float(self.train.images[idx]), generator)
@@ -78,7 +85,7 @@ class ShiftedDigits(Task):
 
     def loss(self, model, batch: Batch) -> StepOut:
         out = model(batch.x, batch.y)  # the decoder draws the true class's capsule
-        loss = getattr(model, "module", model).loss(out, batch.x, batch.y)  # model may be DDP-wrapped
+        loss = getattr(model, "module", model).loss(out, batch.x, batch.y, self.spread_margin)  # may be DDP-wrapped
         return StepOut(loss, out.lengths.argmax(1) == batch.y, out.votes)
 
     def validate(self, model) -> dict | None:

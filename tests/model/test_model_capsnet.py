@@ -1,4 +1,5 @@
-"""CapsNet layers: parameter counts, shapes, capsule ordering, masking, and the margin loss (Eq. 4)."""
+"""CapsNet layers: parameter counts, shapes, capsule ordering, masking, the margin loss (Eq. 4) and the spread
+loss (matrix capsules' Eq. 3)."""
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from model.capsnet import (
     margin_loss,
     mask_capsules,
     reconstruction_loss,
+    spread_loss,
 )
 
 
@@ -100,6 +102,29 @@ def test_margin_loss_worked_example():
     multi_hot = torch.zeros(1, 10)
     multi_hot[0, [0, 9]] = 1
     assert margin_loss(lengths, multi_hot).item() == pytest.approx(0.16 + 0.02, rel=1e-6)
+
+
+def test_spread_loss_worked_example():
+    """Matrix capsules' Eq. 3: each wrong class i costs max(0, m - (a_t - a_i))^2; the target costs nothing."""
+    a = torch.tensor([[0.9, 0.6, 0.1, 0.0]])
+    # m = 0.5: class 1 is 0.3 below the target, (0.5 - 0.3)^2 = 0.04; classes 2 and 3 are >= 0.5 below
+    assert spread_loss(a, torch.tensor([0]), 0.5).item() == pytest.approx(0.04, rel=1e-5)
+    # m = 0.9: (0.9 - 0.3)^2 + (0.9 - 0.8)^2 + (0.9 - 0.9)^2 = 0.37; a tensor margin gives the same
+    assert spread_loss(a, torch.tensor([0]), torch.tensor(0.9)).item() == pytest.approx(0.37, rel=1e-5)
+    # a wrong class above the target costs more than the margin's square: (0.5 + 0.3)^2 = 0.64 for class 0
+    assert spread_loss(a, torch.tensor([1]), 0.5).item() == pytest.approx(0.64 + 0.0, rel=1e-5)
+    with pytest.raises(ValueError, match="one class per image"):
+        spread_loss(a, torch.zeros(1, 4), 0.5)
+
+
+def test_total_loss_takes_the_configured_loss():
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(routing="em", reconstruction=False))
+    x, y = torch.rand(2, 1, 28, 28), torch.tensor([1, 2])
+    with torch.no_grad():
+        out = model(x, y)
+        assert model.loss(out, x, y, 0.3).item() == pytest.approx(spread_loss(out.lengths, y, 0.3).item(), rel=1e-6)
+        assert model.loss(out, x, y).item() == pytest.approx(spread_loss(out.lengths, y, 0.9).item(), rel=1e-6)
 
 
 def test_reconstruction_loss_is_a_sum_not_a_mean():

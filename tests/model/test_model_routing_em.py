@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model import contract
-from model.capsnet import CapsNet, CapsNetConfig, MatrixDigitCaps, PrimaryMatrixCaps
+from model.capsnet import CapsNet, CapsNetConfig, MatrixDigitCaps, PrimaryMatrixCaps, spread_loss
 from model.routing import em_e_step, em_m_step, em_routing
 
 ZERO = torch.zeros(())  # beta_u = beta_a = 0
@@ -53,16 +53,62 @@ def test_activations_fall_when_votes_disagree():
     centre = torch.randn(1, 1, 3, 16)
     noise = torch.randn(1, 50, 3, 16)
     spread = torch.tensor([0.01, 0.1, 1.0]).view(1, 1, 3, 1)  # parent 0 tight ... parent 2 scattered
-    votes, a_in, beta = centre + spread * noise, torch.ones(1, 50), torch.zeros(3)
-    _, a, _ = em_routing(votes, a_in, beta, beta, iters=1)  # one M-step: uniform R, equal masses
+    votes, a_in, beta_u = centre + spread * noise, torch.ones(1, 50), torch.zeros(3)
+    # beta_a at the scale of these costs (16 entries x 50 children x a few nats): lambda beta_a = -1
+    beta_a = torch.full((3,), -1000.0)
+    _, a, _ = em_routing(votes, a_in, beta_u, beta_a, iters=1)  # one M-step: uniform R, equal masses
     assert a[0, 0] > a[0, 1] > a[0, 2]
-    _, a, R = em_routing(votes, a_in, beta, beta, iters=3)
-    assert a[0, 0] > 0.9 and (a[0, 1:] < 0.2).all()
+    _, a, R = em_routing(votes, a_in, beta_u, beta_a, iters=3)
     assert (R[0, :, 0] > 0.99).all()  # the E-steps hand every child to the parent that explains it
-    # scattering parent 0's votes takes its activation down
+    # parent 0: cost ~ 50 x 16 x ln 0.01 ~ -3,700 nats, a = logistic(3.7 - 1); the others, left with
+    # no mass, fall to logistic(lambda beta_a) = logistic(-1) = 0.27
+    assert a[0, 0] > 0.9 and torch.allclose(a[0, 1:], torch.sigmoid(torch.tensor(-1.0)), atol=0.01)
+    # scattering parent 0's votes (sigma 3, log sigma > 0) takes its activation down
     spread[0, 0, 0, 0] = 3.0
-    _, a_scattered, _ = em_routing(centre + spread * noise, a_in, beta, beta, iters=3)
-    assert a_scattered[0, 0] < 0.2 < a[0, 0]
+    _, a_scattered, _ = em_routing(centre + spread * noise, a_in, beta_u, beta_a, iters=3)
+    assert a_scattered[0, 0] < 0.27 < 0.9 < a[0, 0]
+
+
+def two_clusters(seed: int = 0) -> torch.Tensor:
+    """40 children, 3 parents: children 0-19 vote tightly (sigma 0.05) for parent 0, 20-39 for parent 1;
+    every other vote is scattered (sigma 1) around its parent's centre. (1, 40, 3, 16)."""
+    g = torch.Generator().manual_seed(seed)
+    centre = torch.randn(1, 1, 3, 16, generator=g)
+    sigma = torch.ones(1, 40, 3, 1)
+    sigma[0, :20, 0] = sigma[0, 20:, 1] = 0.05
+    return centre + sigma * torch.randn(1, 40, 3, 16, generator=g)
+
+
+def test_two_clusters_of_votes_one_parent_takes_each():
+    """The routing result is known: each cluster's children go to the parent they agree on, both those
+    parents are active and the third, with no agreement, is not; Eq. 21 weighs a child by a_i."""
+    votes, zeros = two_clusters(), torch.zeros(3)
+    _, a, R = em_routing(votes, torch.ones(1, 40), zeros, zeros, iters=3)
+    assert (R[0, :20, 0] > 0.9).all() and (R[0, 20:, 1] > 0.9).all()
+    # 20 children x 16 entries x ln 0.05 ~ -960 nats at lambda = 1e-3: logistic(0.96) = 0.72; the third
+    # parent is left with no mass, its cost 0: logistic(0) = 0.5
+    assert min(a[0, 0], a[0, 1]) > 0.7 and abs(a[0, 2] - 0.5) < 0.01
+    # the second cluster's children nearly absent (a_i = 0.05): parent 1 loses its mass and its
+    # activation, parent 0 keeps both
+    a_in = torch.ones(1, 40)
+    a_in[0, 20:] = 0.05
+    _, a_faint, _ = em_routing(votes, a_in, zeros, zeros, iters=3)
+    assert a_faint[0, 1] < 0.6 < 0.7 < a[0, 1]
+    assert torch.allclose(a_faint[0, 0], a[0, 0], atol=0.02)
+
+
+def test_gradient_reaches_the_votes_the_activations_and_both_betas():
+    """Training moves W (through the votes), the primary activations and beta_u, beta_a: every one of
+    them gets a finite, non-zero gradient through the three iterations."""
+    votes = two_clusters().requires_grad_()
+    a_in = torch.full((1, 40), 0.9, requires_grad=True)
+    beta_u, beta_a = torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
+    mu, a, _ = em_routing(votes, a_in, beta_u, beta_a, iters=3)
+    (spread_loss(a, torch.tensor([1]), 0.5) + mu.square().mean()).backward()
+    for name, t in {"votes": votes, "a_in": a_in, "beta_u": beta_u, "beta_a": beta_a}.items():
+        assert torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0, name
+    # lowering the loss of target 1 means raising parent 1's activation: beta_a's gradient says so
+    assert beta_a.grad[1] < 0
 
 
 def test_e_step_prefers_the_parent_whose_gaussian_fits():
@@ -160,4 +206,14 @@ def test_config_checks_the_routing():
         CapsNetConfig(routing="softmax")
     with pytest.raises(ValueError, match="4x4"):
         CapsNetConfig(routing="em", caps_dim=8)
-    assert math.isclose(CapsNetConfig().em_inv_temp, 3.0)
+    assert math.isclose(CapsNetConfig().em_inv_temp, 1e-3)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        CapsNetConfig(loss="hinge")
+
+
+def test_each_routing_takes_its_papers_loss():
+    """EM routing trains with matrix capsules' spread loss, the others with Eq. 4's margin loss; either
+    can be chosen."""
+    assert CapsNetConfig(routing="em").loss == "spread" and CapsNetConfig().loss == "margin"
+    assert CapsNetConfig(routing="qp-l2").loss == "margin"
+    assert CapsNetConfig(routing="em", loss="margin").loss == "margin"

@@ -136,6 +136,27 @@ def test_eval_every_validates_and_checkpoints_only_every_n_epochs(idx_dir, tmp_p
     assert torch.load(tmp_path / "e" / "last.pt", weights_only=True)["epoch"] == 3
 
 
+def test_spread_margin_rises_over_the_planned_epochs(idx_dir, tmp_path):
+    """fit tells the task how far the planned training has come before every step; the spread loss's
+    margin rises linearly from 0.2 to 0.9 with it (matrix capsules, section 3)."""
+    progress = []
+
+    class Recording(train.ShiftedDigits):
+        def schedule(self, p):
+            progress.append(p)
+            super().schedule(p)
+
+    splits = train.load_splits(config(idx_dir, tmp_path))
+    task = Recording(splits, 2, 200)
+    assert task.spread_margin.item() == pytest.approx(0.2)
+    cfg = config(idx_dir, tmp_path / "m", epochs=2)  # 192 images, 3 steps an epoch
+    fit.fit(CapsNet(CapsNetConfig(routing="em", reconstruction=False)), task, cfg, log=lambda _: None)
+    assert progress == pytest.approx([s / 6 for s in range(6)])
+    assert task.spread_margin.item() == pytest.approx(0.2 + 0.7 * 5 / 6)
+    task.schedule(1.5)  # past the plan: the margin stays at its end
+    assert task.spread_margin.item() == pytest.approx(0.9)
+
+
 @pytest.mark.slow
 def test_time_limit_ends_the_run_at_the_epoch_that_passes_it(idx_dir, tmp_path):
     """A run stopped by its time limit validates and checkpoints that epoch as the last, and its
@@ -257,11 +278,13 @@ class HostSyncs(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_a_training_step_never_syncs_with_the_host(mnist_fixture):
+@pytest.mark.parametrize("routing", ["dynamic", "em"])
+def test_a_training_step_never_syncs_with_the_host(mnist_fixture, routing):
     images, labels = mnist_fixture
     split = data.Split(torch.from_numpy(images[:300].copy()), torch.from_numpy(labels[:300]))
     task = train.ShiftedDigits({"train": split, "val": split}, max_shift=2)
-    model = CapsNet(CapsNetConfig())
+    model = CapsNet(CapsNetConfig(routing=routing))
+    task.schedule(0.5)  # the spread loss's margin moves on the device
     gen = fit.generators(0, 0, "cpu")
     with HostSyncs() as mode:
         idx = fit.epoch_batches(task.train_size, 16, 0, 1, gen["order"])[0]

@@ -15,13 +15,23 @@ from pathlib import Path
 from training.campaign import ledger
 from training.experiments import common
 
-ORDER = ("mnist", "multimnist", "affine", "ablation", "fashion")  # the order; others follow by name
+ORDER = (
+    "mnist",
+    "multimnist",
+    "affine",
+    "ablation",
+    "fashion",
+    "em_routing",
+    "em_routing_long",
+)  # others follow by name
 TITLES = {
     "mnist": "MNIST (section 5, the shipped model)",
     "multimnist": "MultiMNIST (section 6)",
     "affine": "Affine robustness (section 5.2)",
     "ablation": "Routing and reconstruction ablation (Table 1)",
     "fashion": "Fashion-MNIST (QP paper, Table II)",
+    "em_routing": "EM routing beside dynamic routing, equal budgets",
+    "em_routing_long": "EM routing, a CPU-sized run",
 }
 HEADER = (
     "| Experiment | Model | Metric | Ours | Paper | Run | Epochs | Training images | Wall time | Hardware |\n"
