@@ -12,6 +12,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from app.engine import Engines, ModelLoadError
+from app.http_protocol import uvicorn_options
 from app.main import create_app
 from app.settings import Settings, get_settings
 from app.workers import configure_logging, serve_workers
@@ -35,6 +36,7 @@ def serve_one(settings: Settings) -> None:
         # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
         timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
         timeout_keep_alive=settings.keep_alive_s,
+        **uvicorn_options(settings),  # slow clients and the connections a worker holds
     )
 
 

@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: request ids with a last-resort 500, and a streaming body-size limit."""
+"""Pure ASGI middleware: request ids with a last-resort 500 (a client gone is one line), and a streaming
+body-size limit."""
 
 import logging
 import re
@@ -7,7 +8,10 @@ import uuid
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.http_protocol import CUT_OFF
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +23,9 @@ class RequestIdMiddleware:
     """Tags every response with X-Request-ID (the client's, if sane, else a new one).
 
     An exception nobody handled is logged with the id and answered 500 {"detail": "internal error,
-    request id ..."}: the client gets the id to quote, never a stack trace.
+    request id ..."}: the client gets the id to quote, never a stack trace. A client that went away
+    before its request was read (or was cut off by the read deadline, app/http_protocol.py) is one line
+    at info level: nobody is left to answer.
     """
 
     def __init__(self, app: ASGIApp):
@@ -42,6 +48,10 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            why = "was cut off by the read deadline" if scope["state"].get(CUT_OFF) else "went away"
+            path, method = scope["path"], scope["method"]
+            log.info("%s %s, request id %s: the client %s before its request was read", method, path, request_id, why)
         except Exception:
             log.exception("unhandled error in %s %s, request id %s", scope["method"], scope["path"], request_id)
             if not started:

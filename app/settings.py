@@ -99,6 +99,18 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(
         default=20.0, gt=0, description="graceful shutdown: in-flight requests finish first"
     )
+    read_deadline_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a request's head and body must arrive within this long of its first byte; "
+        "a slower client is answered 408 and its connection closed",
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="connections and requests one worker holds at most (uvicorn's limit_concurrency); "
+        "a request beyond them is answered 503",
+    )
     # above the idle timeouts of common load balancers (AWS ALB and GCP's 60 s, nginx upstream 60 s), so
     # that the balancer, not the server, closes an idle connection and never sends on a closing one
     keep_alive_s: int = Field(default=75, ge=1, description="HTTP keep-alive timeout of idle connections")

@@ -34,6 +34,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from app.engine import Engines, ModelLoadError
+from app.http_protocol import uvicorn_options
 from app.main import create_app
 from app.settings import Settings, get_settings
 
@@ -146,6 +147,7 @@ def serve_workers(settings: Settings) -> None:
             log_level=settings.log_level,
             timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
             timeout_keep_alive=settings.keep_alive_s,
+            **uvicorn_options(settings),  # slow clients and the connections a worker holds
         )
         supervisor = Supervisor(config, [config.bind_socket()], metrics_dir)
         supervisor.run()

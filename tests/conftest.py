@@ -50,11 +50,11 @@ START_TIMEOUT_S = 60.0
 
 
 @contextmanager
-def serving(app, name: str = "capsnet-api") -> Iterator[str]:
-    """app under a real uvicorn on a free loopback port, in a thread: its URL once /ready answers; the
-    server stops when the block ends."""
+def serving(app, name: str = "capsnet-api", **options) -> Iterator[str]:
+    """app under a real uvicorn on a free loopback port, in a thread (uvicorn.Config's `options` added): its
+    URL once /ready answers; the server stops when the block ends."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **options))
     thread = threading.Thread(target=server.run, name=name, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -98,6 +98,9 @@ def api_app(api_settings):
 
 
 @pytest.fixture(scope="session")
-def api_url(api_app):
-    with serving(api_app) as url:
+def api_url(api_app, api_settings):
+    """api_app served as `python -m app` serves it: its read deadline and bound on connections."""
+    from app.http_protocol import uvicorn_options
+
+    with serving(api_app, **uvicorn_options(api_settings)) as url:
         yield url

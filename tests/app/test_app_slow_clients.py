@@ -1,0 +1,128 @@
+"""Slow and vanishing clients against a real uvicorn with the service's protocol (app/http_protocol.py): a
+request that does not arrive whole within the read deadline is answered 408 and its connection closed,
+whether it stalls in its head or its body; a client that goes away is one line in the log, no traceback;
+stalled connections leave /predict answering, and a worker holds at most max_connections."""
+
+import logging
+import socket
+import time
+
+import httpx
+import pytest
+
+from app.http_protocol import uvicorn_options
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import serving
+from tests.harness import BOUNDARY, digit_png, multipart
+
+DEADLINE_S = 1.0
+MAX_CONNECTIONS = 48
+UPLOAD = 100_000  # bytes the stalled uploads announce
+
+
+@pytest.fixture(scope="module")
+def slow_api():
+    """mnist alone, a 1 s read deadline and a bound of MAX_CONNECTIONS, served as `python -m app` serves."""
+    settings = Settings(
+        models=["mnist"],
+        providers=["CPUExecutionProvider"],
+        intra_op_threads=1,
+        max_batch=4,
+        read_deadline_s=DEADLINE_S,
+        max_connections=MAX_CONNECTIONS,
+    )
+    with serving(create_app(settings), **uvicorn_options(settings)) as url:
+        yield url
+
+
+def stalled_upload(url: str, body: bytes = b"") -> socket.socket:
+    """A connection that sent the head of a 100 kB multipart upload to /predict (and `body`), then stalls."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    head = (
+        f"POST /predict?include= HTTP/1.1\r\nHost: {host}\r\nContent-Length: {UPLOAD}\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def answer_then_close(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    sock.close()
+    return b"".join(chunks)
+
+
+def predict(url: str) -> httpx.Response:
+    return httpx.post(f"{url}/predict?include=", files={"file": ("d.png", digit_png(), "image/png")}, timeout=30)
+
+
+def test_a_stalled_upload_is_answered_408_and_closed_after_the_deadline(slow_api):
+    start = time.monotonic()
+    sock = stalled_upload(slow_api, multipart(digit_png())[:100])
+    reply = answer_then_close(sock)
+    waited = time.monotonic() - start
+    assert reply.startswith(b"HTTP/1.1 408 ") and b"connection: close" in reply.lower(), reply
+    assert b'"detail":"the request did not arrive whole within 1 s of its first byte"' in reply
+    assert DEADLINE_S <= waited < DEADLINE_S + 5
+
+
+def test_a_head_that_never_ends_and_a_silent_connection_are_cut_too(slow_api):
+    host, port = slow_api.removeprefix("http://").split(":")
+    partial, silent = (
+        socket.create_connection((host, int(port)), timeout=10),
+        socket.create_connection((host, int(port)), timeout=10),
+    )
+    partial.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-")
+    for sock in (partial, silent):
+        assert answer_then_close(sock).startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_kept_alive_connection_gets_a_new_deadline_per_request(slow_api):
+    """Requests on one connection, spaced wider than the deadline, are each answered: the deadline runs from
+    a request's first byte, not from the connection's opening."""
+    with httpx.Client(timeout=30) as client:
+        for _ in range(2):
+            r = client.post(f"{slow_api}/predict?include=", files={"file": ("d.png", digit_png(), "image/png")})
+            assert r.status_code == 200
+            time.sleep(DEADLINE_S * 1.5)
+
+
+def wait_for_records(caplog, wanted, count: int = 1, timeout: float = 10.0) -> list[logging.LogRecord]:
+    """The log records `wanted` picks, once there are `count` of them (or timeout seconds have passed)."""
+    deadline = time.monotonic() + timeout
+    while len([r for r in caplog.records if wanted(r)]) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # and any more there would be
+    return [r for r in caplog.records if wanted(r)]
+
+
+def test_a_client_that_disconnects_is_one_line_without_traceback(slow_api, caplog):
+    caplog.set_level(logging.INFO)
+    sock = stalled_upload(slow_api, multipart(digit_png())[:100])
+    time.sleep(0.2)  # the app holds the request and waits for its body
+    sock.close()
+    gone = wait_for_records(caplog, lambda r: "went away" in r.getMessage())
+    assert len(gone) == 1 and gone[0].levelno == logging.INFO, [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+
+
+def test_stalled_connections_leave_predict_answering_and_are_bounded(slow_api, caplog):
+    """Fewer stalled connections than the bound: /predict answers 200 while they stall, then each is cut (one
+    info line each, no traceback). With the bound reached, a new request is answered 503 until they are cut."""
+    caplog.set_level(logging.INFO)
+    flood = [stalled_upload(slow_api) for _ in range(MAX_CONNECTIONS // 2)]
+    time.sleep(0.2)
+    assert predict(slow_api).status_code == 200
+    assert all(answer_then_close(sock).startswith(b"HTTP/1.1 408 ") for sock in flood)
+    cut = wait_for_records(caplog, lambda r: "cut off by the read deadline" in r.getMessage(), len(flood))
+    assert len(cut) == len(flood) and not [r for r in caplog.records if r.exc_info]
+    full = [stalled_upload(slow_api) for _ in range(MAX_CONNECTIONS - 1)]  # the next one is the bound's
+    time.sleep(0.2)
+    assert predict(slow_api).status_code == 503
+    assert all(answer_then_close(sock).startswith(b"HTTP/1.1 408 ") for sock in full)
+    assert predict(slow_api).status_code == 200
