@@ -24,7 +24,11 @@ from app.imaging.transform import TRANSFORMS, TransformName, sweep
 from app.schemas import ITERATIONS
 from model import contract
 
-INLINE_BYTES = 16 * 1024  # a small image taken as it is costs less to read than a hop to the thread pool
+# A small picture (both bounds, the pixels by its header) is prepared on the event loop: it costs about
+# what the hop to the thread pool would, and its worst case, a dot scaled up to have its stroke measured,
+# is bounded (app/imaging/digit.py: MAX_THINNING, eroded)
+INLINE_BYTES = 16 * 1024
+INLINE_PIXELS = 64 * 64
 
 # Halfway between the margin loss's targets (Eq. 4): a capsule this long is neither clearly absent
 # (< m- = 0.1) nor clearly present (> m+ = 0.9).
@@ -34,19 +38,18 @@ UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
 # --- the image in ----------------------------------------------------------------------------------
 async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: int) -> imaging.Prepared:
     """Bytes -> the model's (size, size) input and its warnings (the card's preprocessing; `none`: the
-    image as it is; `auto` and its alias `mnist`: the card's), off the event loop: finding the object in
-    a small picture means scaling it up to measure its stroke, which must not hold up every other request.
-    Only a small image taken as it is (preprocess=none, at most INLINE_BYTES, the model's size by its
-    header) is read inline."""
+    image as it is; `auto` and its alias `mnist`: the card's). A small picture (at most INLINE_BYTES and
+    INLINE_PIXELS by its header) is prepared on the event loop, any other in the thread pool."""
     how = engine.spec.preprocessing
     kind = "none" if preprocess == "none" else how.kind
 
     def work() -> imaging.Prepared:
         return imaging.preprocess(imaging.decode(data, max_pixels), kind, engine.size, how.ink_box)
 
-    as_is = (engine.size, engine.size)
-    if kind == "none" and len(data) <= INLINE_BYTES and imaging.open_image(data, max_pixels).size == as_is:
-        return work()
+    if len(data) <= INLINE_BYTES:
+        width, height = imaging.open_image(data, max_pixels).size
+        if width * height <= INLINE_PIXELS:
+            return work()
     return await run_in_threadpool(work)
 
 

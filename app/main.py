@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from threadpoolctl import threadpool_limits
 
 from app import VERSION
 from app.engine import Engines
@@ -29,6 +30,9 @@ with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
+    # numpy's BLAS on one thread: the preprocessing's matrices are small, and a second BLAS thread waits
+    # for a core that another worker, ONNX Runtime or the event loop holds
+    threadpool_limits(1, user_api="blas")
     # python -m app brings the engines it has loaded and warmed up; any other start (or a second one,
     # as a test client's) loads its own
     engines, app.state.preloaded = app.state.preloaded or Engines(app.state.settings, app.state.metrics), None

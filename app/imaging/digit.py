@@ -29,6 +29,10 @@ from model import contract
 SQUARE3 = np.ones((3, 3), np.uint8)
 NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
 MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for the stroke to grow
+# The widest disk a stroke is thinned with (px at NORM_BOX): a digit's stroke wider than 2 * 20 * (1 - 0.125)
+# + 10 = 45 px, over half its box and 2.25 times MNIST's widest (20 px), is a blob (a dot, a filled shape),
+# left as it is; this also bounds the erosion's cost, which grows with the disk's area
+MAX_THINNING = NORM_BOX / 4
 
 
 def stroke_width(ink: np.ndarray) -> float:
@@ -91,11 +95,52 @@ def normalise_stroke(
     low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
     radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
     if width > high:
-        thinner = cv2.erode(x, disk(radius))
+        if radius > MAX_THINNING:
+            return ink  # a blob, no pen's stroke
+        thinner = eroded(x, radius)
         return thinner if thinner.any() else ink  # a solid shape no stroke is as wide as: left as it is
     if 0 < width < low:
-        return cv2.dilate(x, disk(radius))
+        return dilated(x, radius)
     return ink
+
+
+def ink_box(x: np.ndarray) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) of the non-zero pixels of x, bottom and right excluded."""
+    rows, cols = np.flatnonzero(x.any(axis=1)), np.flatnonzero(x.any(axis=0))
+    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+
+
+def eroded(x: np.ndarray, radius: float) -> np.ndarray:
+    """cv2.erode(x, disk(radius)) of ink x >= 0, computed on the ink's box alone: the erosion is 0 where x
+    is, and within the box a side that is not the picture's edge borders zeros, for which one row or column
+    of them stands in. A box no wider than the disk between two such sides erodes to nothing. Its cost is
+    bounded by the box's, not by the margin around it (a dot's, scaled up to measure its stroke, is most)."""
+    out = np.zeros_like(x)
+    if not x.any():
+        return out
+    top, bottom, left, right = ink_box(x)
+    height, width = x.shape
+    reach = int(radius)  # the disk's offsets along an axis
+    walled = (top > 0 and bottom < height, left > 0 and right < width)  # zeros on both sides of each axis
+    if (walled[0] and bottom - top <= 2 * reach) or (walled[1] and right - left <= 2 * reach):
+        return out
+    rows, cols = slice(max(top - 1, 0), min(bottom + 1, height)), slice(max(left - 1, 0), min(right + 1, width))
+    out[rows, cols] = cv2.erode(x[rows, cols], disk(radius))
+    return out
+
+
+def dilated(x: np.ndarray, radius: float) -> np.ndarray:
+    """cv2.dilate(x, disk(radius)) of ink x >= 0, computed on the ink's box grown by the disk's reach: beyond
+    it the dilation is 0, and within it the pixels left out are zeros, which a maximum of x >= 0 ignores."""
+    out = np.zeros_like(x)
+    if not x.any():
+        return out
+    top, bottom, left, right = ink_box(x)
+    reach = math.ceil(radius)
+    rows = slice(max(top - reach, 0), min(bottom + reach, x.shape[0]))
+    cols = slice(max(left - reach, 0), min(right + reach, x.shape[1]))
+    out[rows, cols] = cv2.dilate(x[rows, cols], disk(radius))
+    return out
 
 
 def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> tuple[np.ndarray, float]:

@@ -2,12 +2,13 @@
 
 import base64
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image
 
 from app import imaging
-from app.imaging import ImageError, resample
+from app.imaging import ImageError, digit, resample
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
@@ -479,3 +480,33 @@ def test_resample_leaves_an_axis_of_the_same_size_as_it_is():
     x = np.random.default_rng(4).random((17, 23)).astype(np.float32)
     assert np.array_equal(resample.resize(x, (23, 17), "lanczos"), x)
     assert np.array_equal(resample.resize(x, (23, 9), "bicubic")[:, :], resample.weights(17, 9, "bicubic") @ x)
+
+
+def test_erosion_and_dilation_on_the_ink_box_are_opencvs_on_the_whole_picture():
+    """eroded and dilated compute on the ink's box (grown by the disk's reach) and equal OpenCV's on the
+    whole picture, ink touching the picture's edges or not, boxes narrower than the disk among them."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        height, width = rng.integers(3, 60, 2)
+        x = np.zeros((height, width), np.float32)
+        top, left = rng.integers(0, height), rng.integers(0, width)
+        bottom, right = rng.integers(top + 1, height + 1), rng.integers(left + 1, width + 1)
+        box = (bottom - top, right - left)
+        x[top:bottom, left:right] = rng.random(box) * (rng.random(box) > 0.3)
+        radius = float(rng.uniform(0.5, 25))
+        np.testing.assert_array_equal(digit.eroded(x, radius), cv2.erode(x, digit.disk(radius)))
+        np.testing.assert_array_equal(digit.dilated(x, radius), cv2.dilate(x, digit.disk(radius)))
+
+
+def test_a_dot_or_a_filled_square_is_not_thinned(monkeypatch):
+    """A blob's stroke (a dot, scaled up to NORM_BOX; a filled square) would need a disk wider than
+    MAX_THINNING: it is left as it is, with no erosion, whose cost grows with the disk's area."""
+    radii = []
+    original = digit.eroded
+    monkeypatch.setattr(digit, "eroded", lambda x, radius: radii.append(radius) or original(x, radius))
+    dot, square = np.zeros((28, 28), np.uint8), np.zeros((28, 28), np.uint8)
+    dot[14, 14], square[4:24, 4:24] = 255, 255
+    for picture in (dot, square):
+        prepared = digit.prepare(Image.fromarray(picture), contract.IMAGE_SIZE, contract.INK_BOX)
+        assert prepared.image.max() == 1.0
+    assert radii == []

@@ -218,10 +218,9 @@ def test_unusual_input_comes_with_warnings(client, digits):
     assert any("other shape" in w for w in body["warnings"]), body["warnings"]
 
 
-def test_only_a_small_picture_taken_as_it_is_is_read_on_the_event_loop(client, digits, monkeypatch):
-    """preprocess=none on a 28x28 PNG is read inline, with no thread hop; the default preprocessing always
-    runs off the event loop, even for a tiny picture (a dot is scaled up to measure its stroke, which must
-    not hold up other requests); the answers agree."""
+def test_a_small_picture_is_prepared_on_the_event_loop_and_a_large_one_in_the_thread_pool(client, digits, monkeypatch):
+    """A 28x28 PNG, taken as it is or prepared (a lone dot too: its preparation is bounded), and a 64x64 one,
+    are prepared without a thread hop; a 65x64 picture hops to the thread pool."""
     hops = []
     original = answer.run_in_threadpool
 
@@ -232,6 +231,9 @@ def test_only_a_small_picture_taken_as_it_is_is_read_on_the_event_loop(client, d
     monkeypatch.setattr(answer, "run_in_threadpool", counted)
     dot = np.zeros((28, 28), np.uint8)
     dot[14, 14] = 255
-    for image, preprocess, hops_after in ((digits[0][0], "none", 0), (digits[0][0], "auto", 1), (dot, "auto", 2)):
+    inline = ((digits[0][0], "none"), (digits[0][0], "auto"), (dot, "auto"), (np.pad(digits[0][0], 18), "auto"))
+    for image, preprocess in inline:
         r = post_png(client, image, include="", preprocess=preprocess)
-        assert r.status_code == 200 and len(hops) == hops_after
+        assert r.status_code == 200 and hops == []
+    r = post_png(client, np.pad(digits[0][0], ((18, 18), (18, 19))), include="")
+    assert r.status_code == 200 and len(hops) == 1
