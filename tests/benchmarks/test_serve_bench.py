@@ -24,7 +24,9 @@ def test_serve_bench_writes_its_report(tmp_path):
     )
     assert {(r["batching"], r["endpoint"], r["include"], r["clients"]) for r in rows} == {
         (b, e, i, c) for b in ("on", "off") for c in (1, 2) for e, i in cases
-    } | {("template", "/predict", "-", c) for c in (1, 2)}
+    } | {("template", "/predict", "-", c) for c in (1, 2)} | {
+        ("default", e, i, c) for c in (1, 2) for e, i in cases if e != "no-op"
+    }
     assert all(r["requests"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 for r in rows)
     assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict" and r["batching"] != "template")
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
@@ -36,8 +38,10 @@ def test_serve_bench_writes_its_report(tmp_path):
     assert all(r["rps"] > 0 and len(r["rps_rounds"]) == serve_bench.ROUNDS for r in workers)
     assert report["ray"] == []
     figures = {t["figure"]: t for t in report["targets"]}  # every figure with a target
-    assert len(figures) == 7 + (report["providers"][0] != "CPUExecutionProvider") and all(
+    assert len(figures) == 9 + (report["providers"][0] != "CPUExecutionProvider") and all(
         t["met"] in (True, False, None) and t["target"] for t in figures.values()
     )
-    assert "/predict?include= req/s at 2 clients, 2 worker(s) / bare batch-64 img/s" in figures
+    assert "?include= req/s at 2 clients / bare batch-64 images/s" in figures
+    beside = [t for t in report["targets"] if "the template's" in t["target"]]  # 1 and 2 clients, none and include=
+    assert len(beside) == 4 and report["bare_session_run"]["threads"] >= 1
     assert "| figure | measured | target | met |" in (tmp_path / "serve.md").read_text()
