@@ -1,5 +1,6 @@
 """The deployment files and the docs say the same as the code: every setting is documented in
-docs/serving.md and passed through by compose, the README's test command is the one CI runs, and `make` lists its targets."""
+docs/serving.md and passed through by compose, the README's test command is the one CI runs, and
+`make` lists its targets."""
 
 import ast
 import re
