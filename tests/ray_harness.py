@@ -40,8 +40,10 @@ def ray_serve(replicas: int, env: dict[str, str]) -> Iterator[str]:
     config = serve_config(replicas, port, env)
     (application,) = config.applications
     (deployment,) = application.deployments
+    cpus = deployment.ray_actor_options.num_cpus
+    assert cpus is not None, "deploy/ray/serve.yaml gives each replica its CPUs"
     ray.init(
-        num_cpus=math.ceil(replicas * deployment.ray_actor_options.num_cpus),
+        num_cpus=math.ceil(replicas * cpus),
         include_dashboard=False,
         log_to_driver=False,
     )
