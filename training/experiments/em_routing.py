@@ -53,6 +53,7 @@ def trial(name: str, args: argparse.Namespace) -> dict:
 
 def save_plot(trials: dict[str, dict], path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -62,6 +63,9 @@ def save_plot(trials: dict[str, dict], path: Path) -> None:
         images, errors = zip(*t["curve"], strict=True) if t["curve"] else ((), ())
         ax.plot(images, errors, "o-", label=VARIANTS[name][0].removeprefix("CapsNet, "))
     ax.set(xlabel="training images seen", ylabel="validation error %", yscale="log", title="MNIST, equal budgets")
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(alpha=0.3, which="both")
     ax.legend()
     fig.tight_layout()
