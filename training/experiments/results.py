@@ -32,6 +32,7 @@ TITLES = {
     "fashion": "Fashion-MNIST (QP paper, Table II)",
     "em_routing": "EM routing beside dynamic routing, equal budgets",
     "em_routing_long": "EM routing, a CPU-sized run",
+    "em_routing_long3": "EM routing, the CPU-sized run's third epoch",
 }
 HEADER = (
     "| Experiment | Model | Metric | Ours | Paper | Run | Epochs | Training images | Wall time | Hardware |\n"
