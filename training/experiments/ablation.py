@@ -97,10 +97,7 @@ def save_plot(curves: dict[str, list[float]], path: Path) -> None:
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def epochs_text(args: argparse.Namespace, ran: list[int]) -> str:

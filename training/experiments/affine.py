@@ -213,10 +213,7 @@ def save_samples(tests: dict[str, torch.Tensor], path: Path, n: int = 10) -> Non
             ax.set_xticks([])
             ax.set_yticks([])
         row[0].set_ylabel(name, fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def compare_recipes(test: data.Split, model_dir: Path, seed: int, figure: Path, out: Path) -> dict:

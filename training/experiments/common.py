@@ -61,6 +61,16 @@ def figure_option(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--figure", type=Path, default=REPO / "docs" / "experiments" / name)
 
 
+def save_figure(fig, path: Path) -> None:
+    """Write a matplotlib figure as the experiments' PNGs are written (100 dpi, tight), then free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def command(prog: str, argv: list[str] | None) -> str:
     """The command line that produced a result, for the table's provenance."""
     args = sys.argv[1:] if argv is None else argv

@@ -68,10 +68,7 @@ def save_plot(trials: dict[str, dict], path: Path) -> None:
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
