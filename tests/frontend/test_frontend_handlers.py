@@ -5,9 +5,11 @@ file); then the Two digits (multimnist), Fashion (fashion-mnist) and affine tabs
 import base64
 import copy
 import io
+import itertools
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import gradio as gr
@@ -19,6 +21,7 @@ from PIL import Image, ImageDraw
 from frontend import layout, plots
 from frontend.app import build_demo
 from frontend.client import ApiClient, ApiUnreachable, served_models
+from frontend.events import whole
 from frontend.handlers import (
     OFFSETS,
     answer_example,
@@ -315,6 +318,23 @@ def test_the_follow_up_draws_the_maps_then_the_perturbed_capsule_then_fig4(clien
         assert parts[2][panel.grid].size == fig4(client, answer["capsules"], digit, tab.model).size
         again = list(follow_up(client, ui, screen, False, DEFAULT, *deltas))
         assert again == [gr.skip()]  # followed up already: no update to any output
+
+
+def test_each_part_of_the_follow_up_carries_the_earlier_ones(client, uis):
+    """As wired (events.whole): every update of the follow-up sends the values of the earlier ones again,
+    the same objects, so none of its diffs on the page names an earlier image as gone (one that did emptied
+    the routing maps' box when two updates reached the page together); a follow-up with nothing to do still
+    sends nothing."""
+    ui = uis["mnist"]
+    screen = Screen(DRAWING)
+    gated(lambda: {ANSWER: client.predict(EXAMPLES[3].read_bytes(), ui.tab.model)}, DRAWING)(screen)
+    followed = whole(partial(follow_up, client, ui))
+    parts = list(followed(screen, False, DEFAULT, *[0.0] * CAPSULE_DIM))
+    assert [len(part) for part in parts] == [3, 4, 5]
+    for earlier, later in itertools.pairwise(parts):
+        assert all(later[component] is value for component, value in earlier.items())
+    assert parts[-1][ui.routing.maps] is not None and parts[-1][ui.panel.grid] is not None
+    assert list(followed(screen, False, DEFAULT, *[0.0] * CAPSULE_DIM)) == [gr.skip()]
 
 
 def test_an_example_is_shown_in_the_upload_and_answered(client, uis):
