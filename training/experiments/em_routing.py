@@ -62,7 +62,12 @@ def save_plot(trials: dict[str, dict], path: Path) -> None:
     for name, t in trials.items():
         images, errors = zip(*t["curve"], strict=True) if t["curve"] else ((), ())
         ax.plot(images, errors, "o-", label=VARIANTS[name][0].removeprefix("CapsNet, "))
-    ax.set(xlabel="training images seen", ylabel="validation error %", yscale="log", title="MNIST, equal budgets")
+    ax.set(
+        xlabel="training images seen",
+        ylabel="validation error %",
+        yscale="log",
+        title="MNIST, equal budgets" if len(trials) > 1 else "MNIST",
+    )
     ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
