@@ -6,8 +6,7 @@ waits until the browser has drawn the answer: Gradio's page does work for every 
 component with a progress status, so fewer events answer sooner (an example: 425 -> 229 ms here).
 """
 
-from collections.abc import Callable, Iterator
-from functools import partial, wraps
+from functools import partial
 from typing import Any
 
 import gradio as gr
@@ -36,26 +35,6 @@ AFTER_PAINT = """(...inputs) => new Promise(resolve => requestAnimationFrame(() 
 }))"""
 
 
-def whole(handler: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
-    """A generator event function whose every update carries all the values of the earlier ones. The page
-    builds a generator's later outputs by applying diffs, in place, to the objects of the first, and hands
-    those same objects to the components, sometimes a frame later: when two outputs reach it together, a
-    routing map's image loses its url to the next output's diff (one that no longer names it) before it
-    is drawn, and its box stays empty. A value sent again unchanged diffs to nothing. (It costs a PNG
-    encoding per image and update, about 3 ms for the routing maps.)"""
-
-    @wraps(handler)
-    def run(*inputs: Any) -> Iterator[Any]:
-        sent: dict[Any, Any] = {}
-        for updates in handler(*inputs):
-            if isinstance(updates, dict) and "__type__" not in updates:  # keyed by component (not gr.skip())
-                sent |= updates
-                updates = dict(sent)
-            yield updates
-
-    return run
-
-
 def wire(demo: gr.Blocks, client: ApiClient, page: Page) -> None:
     """Connect every component's events: the page's load (the footer names the first tab's model), then
     each tab's."""
@@ -70,7 +49,7 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
     answers = list(ui.outputs.values())
     swept = [transform.sweep, transform.value, *transform.outputs.values()]
     follow: dict[str, Any] = dict(
-        fn=whole(partial(handlers.follow_up, client, ui)),
+        fn=partial(handlers.follow_up, client, ui),
         inputs=[ui.screen, transform.open, transform.transform, *panel.sliders],
         outputs=[*ui.routing, panel.perturbed, panel.grid, *swept],
         show_progress="hidden",

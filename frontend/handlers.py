@@ -2,7 +2,6 @@
 image, testable alone; then the events' own, which return Gradio updates keyed by component (a tab's
 TabUI names them), so no list of outputs has to match an order. frontend/events.py binds them."""
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,30 +137,30 @@ def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
     return {**upload_in_view, ui.inputs.upload: path, **answer_upload(client, ui, path)}
 
 
-def follow_up(
-    client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, *deltas: float
-) -> Iterator[dict]:
-    """What follows the answer on screen, each part as soon as it is drawn: its routing maps (the last
-    iteration), its capsule (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid, and
-    its sweep when the Transform panel is open (`opened`). Nothing when that answer
-    has been followed up already (by the follow-up of a prediction whose answer was dropped, see Screen).
-    The answer is the Screen's as this runs, not the one the event was sent with."""
+def follow_up(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, *deltas: float) -> dict:
+    """What follows the answer on screen, in one update: its routing maps (the last iteration), its capsule
+    (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid, and its sweep when the
+    Transform panel is open (`opened`). Nothing when that answer has been followed up already (by the
+    follow-up of a prediction whose answer was dropped, see Screen). The answer is the Screen's as this
+    runs, not the one the event was sent with.
+
+    One update, not a part at a time: Gradio's page applies a generator's later outputs as diffs, in place,
+    to the objects of the earlier ones, which it hands to the components, sometimes a frame later; when two
+    reached it together, a routing map lost its url before it was drawn and its box stayed empty."""
     due, answer = screen.follow()
     if not due:
-        yield gr.skip()
-        return
+        return gr.skip()
     panel, model, routing = ui.panel, ui.tab.model, ui.routing
     last = len((answer or {}).get("routing", {}).get("iterations") or [])
-    yield {
+    capsules, digit = (answer["capsules"], picked(answer)) if answer else (None, None)
+    return {
         routing.maps: routing_view(ui.tab, answer),
         routing.iteration: gr.Slider(maximum=last, value=last, visible=True) if last else gr.Slider(visible=False),
         routing.change: iteration_words(answer, last),
+        panel.perturbed: perturb(client, capsules, digit, *deltas, model=model),
+        panel.grid: fig4(client, capsules, digit, model=model),
+        **(sweep_answer(client, ui, answer, transform) if opened else {}),
     }
-    capsules, digit = (answer["capsules"], picked(answer)) if answer else (None, None)
-    yield {panel.perturbed: perturb(client, capsules, digit, *deltas, model=model)}
-    yield {panel.grid: fig4(client, capsules, digit, model=model)}
-    if opened:
-        yield sweep_answer(client, ui, answer, transform)
 
 
 def redraw(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, digit: int | None, *deltas: float) -> dict:

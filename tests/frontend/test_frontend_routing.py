@@ -51,15 +51,15 @@ def test_the_slider_steps_from_uniform_couplings_to_agreement(uis, seven):
 
 def test_the_follow_up_shows_the_last_iteration_and_the_slider(client, uis, seven):
     ui = uis["mnist"]
-    parts = list(follow_up(client, ui, shown(seven, ui), False, DEFAULT, *[0.0] * CAPSULE_DIM))
-    slider = parts[0][ui.routing.iteration]
+    followed = follow_up(client, ui, shown(seven, ui), False, DEFAULT, *[0.0] * CAPSULE_DIM)
+    slider = followed[ui.routing.iteration]
     assert slider.maximum == 3 and slider.value == 3 and slider.visible
-    assert "Iteration 3 of 3" in parts[0][ui.routing.change]
+    assert "Iteration 3 of 3" in followed[ui.routing.change]
 
 
 def test_an_answer_without_iterations_hides_the_slider(client, uis, seven):
     ui = uis["mnist"]
     plain = {**seven, "routing": {k: v for k, v in seven["routing"].items() if k != "iterations"}}
-    parts = list(follow_up(client, ui, shown(plain, ui), False, DEFAULT, *[0.0] * CAPSULE_DIM))
-    assert parts[0][ui.routing.iteration].visible is False and parts[0][ui.routing.change] == ""
+    followed = follow_up(client, ui, shown(plain, ui), False, DEFAULT, *[0.0] * CAPSULE_DIM)
+    assert followed[ui.routing.iteration].visible is False and followed[ui.routing.change] == ""
     assert iteration_words(None, 1) == ""
