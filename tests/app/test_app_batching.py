@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -131,13 +132,22 @@ def batch_counts(client) -> tuple[float, float]:
     return total, total - samples[("capsnet_batch_size_bucket", "1.0")]
 
 
-def test_32_concurrent_requests_share_batches(app, client, digits):
-    """Through the real app (ASGI, one event loop): batches > 1 show up in /metrics, answers unchanged."""
+def test_32_concurrent_requests_share_batches(app, client, engine, digits, monkeypatch):
+    """Through the real app (ASGI, one event loop): batches > 1 show up in /metrics, answers unchanged. The
+    requests that arrive while a batch runs share the next one; each batch takes 20 ms more here, so that the
+    burst (each request prepared on the event loop in turn) arrives faster than the model runs on any machine."""
     images = [digits[0][i % 20] for i in range(32)]
     alone = [
         client.post("/predict", params={"include": ""}, files={"file": ("d.png", encode(x))}).json() for x in images[:4]
     ]
     before_total, before_multi = batch_counts(client)
+    batcher, run_batch = engine._capsnet_batcher, engine._capsnet_batcher.run_batch
+
+    def slow(x: np.ndarray):
+        time.sleep(0.02)
+        return run_batch(x)
+
+    monkeypatch.setattr(batcher, "run_batch", slow)
 
     async def burst():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as ac:
