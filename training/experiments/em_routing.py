@@ -1,14 +1,15 @@
 """EM routing beside dynamic routing in the CapsNet body: MNIST learning curves at equal training images,
 and EM's own spread loss against the margin loss (Hinton, Sabour & Frosst 2018, section 3).
 
-$ python -m training.experiments.em_routing --train-limit 3200 --epochs 3 --batch-size 64   # CPU-sized
-$ python -m training.experiments.em_routing --variants em --epochs 3 --batch-size 64 --lr-decay 0.99 \\
-      --name em_routing_long                                                             # toward 98.5%
+$ python -m training.experiments.em_routing --train-limit 3200 --val-size 2000 --epochs 3 --batch-size 64
+$ python -m training.experiments.em_routing --variants em --epochs 2 --batch-size 64 --lr-decay 0.99 \\
+      --name em_routing_long                                            # all images: toward 98.5%
 
 Trains each variant with training/train.py's train() on the same images, seed and schedule: only the
 routing and the loss differ. Every epoch is validated on the held-out split, so the curve is validation
 error against training images seen; the row is the kept epoch's test error. A variant whose run folder
-holds a finished run is read back, not trained again. Writes runs/em_routing/<variant>/,
+holds a last.pt resumes from it: a finished run is read back, not trained again, and a copy of a 2-epoch
+run's folder given --epochs 3 trains a third epoch. Writes runs/em_routing/<variant>/,
 docs/results/<name>.json and docs/experiments/<name>.png.
 """
 

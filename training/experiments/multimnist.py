@@ -132,7 +132,7 @@ def evaluate_onnx(path: Path, split: data.Split, per_digit: int = 1, seed: int =
 
 
 @torch.no_grad()
-def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed: int = 1) -> None:
+def save_pairs_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed: int = 1) -> None:
     """Fig. 5: each test pair above its two reconstructions, the first predicted class in red and the
     second in green, titled with the labels L and the two longest capsules R."""
     import matplotlib
@@ -162,10 +162,7 @@ def save_figure(model: CapsNet, split: data.Split, path: Path, n: int = 8, seed:
         "(red: longest, green: second)",
         fontsize=9,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def export_shipped(model: CapsNet, ckpt: dict, test: data.Split, out_dir: Path, per_digit: int, seed: int) -> dict:
@@ -221,7 +218,7 @@ def main(argv=None) -> dict:
     model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]  # stub omits memory_format
     test = evaluate(model, splits["test"], args.test_pairs, args.seed + 2)
     print(f"test error (both labels right) {test['error']:.2f}% on {test['count']:,} pairs (paper: {PAPER_ERROR}%)")
-    save_figure(model, splits["test"], args.figure, seed=args.seed + 2)
+    save_pairs_figure(model, splits["test"], args.figure, seed=args.seed + 2)
     card = export_shipped(model.cpu(), ckpt, splits["test"].to("cpu"), args.model_dir, args.test_pairs, args.seed + 2)
     images = run.kept_epoch * run.images_per_epoch
     reduced = images < 60_000_000 or args.test_pairs < 1000
