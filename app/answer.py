@@ -16,6 +16,7 @@ reconstruct class capsules -> the decoder's drawings (Fig. 4's perturbations)
 import numpy as np
 import orjson
 from fastapi.concurrency import run_in_threadpool
+from PIL import Image
 
 from app import imaging
 from app.couplings import coupling_changes, iteration_maps, routing_maps
@@ -24,11 +25,11 @@ from app.imaging.transform import TRANSFORMS, TransformName, sweep
 from app.schemas import ITERATIONS
 from model import contract
 
-# A small picture (both bounds, the pixels by its header) is prepared on the event loop: it costs about
+# A small picture (both bounds, its sides by its header) is prepared on the event loop: it costs about
 # what the hop to the thread pool would, and its worst case, a dot scaled up to have its stroke measured,
 # is bounded (app/imaging/digit.py: MAX_THINNING, eroded)
 INLINE_BYTES = 16 * 1024
-INLINE_PIXELS = 64 * 64
+INLINE_SIDE = 64
 
 # Halfway between the margin loss's targets (Eq. 4): a capsule this long is neither clearly absent
 # (< m- = 0.1) nor clearly present (> m+ = 0.9).
@@ -38,19 +39,19 @@ UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
 # --- the image in ----------------------------------------------------------------------------------
 async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: int) -> imaging.Prepared:
     """Bytes -> the model's (size, size) input and its warnings (the card's preprocessing; `none`: the
-    image as it is; `auto` and its alias `mnist`: the card's). A small picture (at most INLINE_BYTES and
-    INLINE_PIXELS by its header) is prepared on the event loop, any other in the thread pool."""
+    image as it is; `auto` and its alias `mnist`: the card's). A small picture (at most INLINE_BYTES, and
+    INLINE_SIDE px a side by its header) is prepared on the event loop, any other in the thread pool."""
     how = engine.spec.preprocessing
     kind = "none" if preprocess == "none" else how.kind
 
-    def work() -> imaging.Prepared:
-        return imaging.preprocess(imaging.decode(data, max_pixels), kind, engine.size, how.ink_box)
+    def prepared(image: Image.Image) -> imaging.Prepared:
+        return imaging.preprocess(imaging.load(image), kind, engine.size, how.ink_box)
 
     if len(data) <= INLINE_BYTES:
-        width, height = imaging.open_image(data, max_pixels).size
-        if width * height <= INLINE_PIXELS:
-            return work()
-    return await run_in_threadpool(work)
+        image = imaging.open_image(data, max_pixels)  # its header only
+        if max(image.size) <= INLINE_SIDE:
+            return prepared(image)
+    return await run_in_threadpool(lambda: prepared(imaging.open_image(data, max_pixels)))
 
 
 def ranked(lengths: np.ndarray) -> np.ndarray:

@@ -12,9 +12,19 @@ render.py     the answer's pictures: PNG data URLs and the paper's Fig. 5 overla
 transform.py  /explain's transforms of the model's input (rotate, scale, shear, shift, thickness): sweep()
 """
 
-from app.imaging.decode import ImageError, decode, from_base64, open_image
+from app.imaging.decode import ImageError, decode, from_base64, load, open_image
 from app.imaging.prepared import Prepared
 from app.imaging.registry import preprocess
 from app.imaging.render import overlay, png_data_url
 
-__all__ = ["ImageError", "Prepared", "decode", "from_base64", "open_image", "overlay", "png_data_url", "preprocess"]
+__all__ = [
+    "ImageError",
+    "Prepared",
+    "decode",
+    "from_base64",
+    "load",
+    "open_image",
+    "overlay",
+    "png_data_url",
+    "preprocess",
+]

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 
 from app import answer
 from app.answer import doubts
@@ -220,7 +221,8 @@ def test_unusual_input_comes_with_warnings(client, digits):
 
 def test_a_small_picture_is_prepared_on_the_event_loop_and_a_large_one_in_the_thread_pool(client, digits, monkeypatch):
     """A 28x28 PNG, taken as it is or prepared (a lone dot too: its preparation is bounded), and a 64x64 one,
-    are prepared without a thread hop; a 65x64 picture hops to the thread pool."""
+    are prepared without a thread hop; a 65x64 picture, a 16x256 one (as few pixels as 64x64) and a 28x28
+    one of more than 16 KiB (a long text chunk) each hop to the thread pool."""
     hops = []
     original = answer.run_in_threadpool
 
@@ -237,3 +239,12 @@ def test_a_small_picture_is_prepared_on_the_event_loop_and_a_large_one_in_the_th
         assert r.status_code == 200 and hops == []
     r = post_png(client, np.pad(digits[0][0], ((18, 18), (18, 19))), include="")
     assert r.status_code == 200 and len(hops) == 1
+    r = post_png(client, np.pad(digits[0][0], ((0, 0), (114, 114)))[6:22], include="")
+    assert r.status_code == 200 and len(hops) == 2
+    info = PngInfo()
+    info.add_text("Comment", "x" * 20_000)
+    buffer = io.BytesIO()
+    Image.fromarray(digits[0][0]).save(buffer, "PNG", pnginfo=info)
+    assert buffer.tell() > answer.INLINE_BYTES
+    r = client.post("/predict", params={"include": ""}, files={"file": ("digit.png", buffer.getvalue(), "image/png")})
+    assert r.status_code == 200 and r.json()["prediction"] == digits[1][0] and len(hops) == 3
