@@ -178,8 +178,8 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
 def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int = contract.IMAGE_SIZE) -> np.ndarray:
     """Ink (H, W) -> (size, size): crop to the ink, fit into box x box keeping aspect (None: keep its
     scale), centre of mass at the centre (LeCun's MNIST: box 20, size 28, centre (14, 14))."""
-    rows, cols = np.flatnonzero(x.any(axis=1)), np.flatnonzero(x.any(axis=0))
-    x = x[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    top, bottom, left, right = ink_box(x)
+    x = x[top:bottom, left:right]
     scale = 1.0 if box is None else box / max(x.shape)
     height, width = (max(1, round(side * scale)) for side in x.shape)
     small = np.clip(resample.resize(x, (width, height), "lanczos"), 0.0, None)
