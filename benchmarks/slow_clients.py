@@ -23,11 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from app.settings import Settings
 from benchmarks.load import hey
 from benchmarks.report import write_report
 from tests.harness import BOUNDARY, digit_png, free_port, machine, multipart, rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 180  # for `python -m app` to load, warm up and open its port
 RESULTS = REPO / "benchmarks" / "results"
 UPLOAD = 100_000  # bytes each stalled upload announces
 HOST = "127.0.0.1"
@@ -79,8 +81,8 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     port = free_port()
     env = {**os.environ, "CAPSNET_MODELS": "mnist", "CAPSNET_PORT": str(port), "CAPSNET_LOG_LEVEL": "info"}
-    if args.deadline is not None:
-        env["CAPSNET_READ_DEADLINE_S"] = str(args.deadline)
+    deadline = Settings.model_fields["read_deadline_s"].default if args.deadline is None else args.deadline
+    env["CAPSNET_READ_DEADLINE_S"] = str(deadline)
     with tempfile.TemporaryDirectory() as tmp:
         log_path, body = Path(tmp) / "server.log", Path(tmp) / "body"
         body.write_bytes(multipart(digit_png()))
@@ -89,10 +91,10 @@ def main(argv=None) -> dict:
                 [sys.executable, "-m", "app"], cwd=REPO, env=env, stderr=log_file, stdout=log_file
             )
         try:
-            url = f"http://{HOST}:{port}"
+            url, up_by = f"http://{HOST}:{port}", time.monotonic() + START_TIMEOUT_S
             while "Application startup complete" not in log_path.read_text() or not _ready(url):
-                if server.poll() is not None:
-                    sys.exit(f"the server stopped:\n{log_path.read_text()}")
+                if server.poll() is not None or time.monotonic() > up_by:
+                    sys.exit(f"the server did not come up:\n{log_path.read_text()}")
                 time.sleep(0.3)
             time.sleep(2)  # every worker up
             workers = workers_of(server.pid)
@@ -103,7 +105,7 @@ def main(argv=None) -> dict:
             time.sleep(1)
             rss_stalled = [round(rss_mb(w), 1) for w in workers]
             during = hey(f"{url}/predict?include=", body, 1, 3.0)  # fails unless every answer is 200
-            answers = replies(socks, sent, (args.deadline or 30.0) + 60)
+            answers = replies(socks, sent, deadline + 60)
             for sock in socks:
                 sock.close()
             cut = [t for status, t in answers if status == b"HTTP/1.1 408"]
@@ -121,7 +123,7 @@ def main(argv=None) -> dict:
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "workers": len(workers),
         "connections": args.connections,
-        "deadline_s": args.deadline or 30.0,
+        "deadline_s": deadline,
         "opened_s": round(opened, 2),
         "rss_mb_before": rss_before,
         "rss_mb_stalled": rss_stalled,
