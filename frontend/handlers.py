@@ -145,8 +145,8 @@ def follow_up(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transf
     runs, not the one the event was sent with.
 
     One update, not a part at a time: Gradio's page applies a generator's later outputs as diffs, in place,
-    to the objects of the earlier ones, which it hands to the components, sometimes a frame later; when two
-    reached it together, a routing map lost its url before it was drawn and its box stayed empty."""
+    to the objects of the earlier ones, which it hands to the components, sometimes a frame later, so an
+    image of an earlier output can lose its url before it is drawn."""
     due, answer = screen.follow()
     if not due:
         return gr.skip()

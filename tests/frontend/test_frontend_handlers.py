@@ -320,8 +320,7 @@ def test_the_follow_up_draws_the_maps_the_perturbed_capsule_and_fig4(client, uis
 def test_no_event_of_the_page_answers_part_by_part(client, tabs):
     """Every event answers in one update, none as a generator: Gradio's page applies a generator's later
     outputs as diffs, in place, to the objects of its earlier ones, which it hands to the components, and an
-    image of one lost its url before it was drawn (the routing maps' box stayed empty, about 1 run in 15 of
-    the browser test under load)."""
+    image of an earlier output can lose its url before it is drawn (its box stays empty)."""
     demo = build_demo(client, list(tabs.values()))
     assert demo.fns and [fn.name for fn in demo.fns.values() if fn.types_generator] == []
 
