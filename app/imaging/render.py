@@ -1,12 +1,13 @@
 """The answer's pictures: arrays as PNG data URLs, and the paper's Fig. 5 overlay of two objects."""
 
 import base64
-import io
 
+import cv2
 import numpy as np
-from PIL import Image
 
 OVERLAY_INPUT = 0.35  # the input's brightness under the reconstructions of overlay()
+# zlib level 3: as small as Pillow's PNG of a 28x28 digit (its level 6) in half its time
+PNG_OPTIONS = [cv2.IMWRITE_PNG_COMPRESSION, 3]
 
 
 def overlay(image: np.ndarray, drawings: np.ndarray) -> np.ndarray:
@@ -27,7 +28,8 @@ def overlay(image: np.ndarray, drawings: np.ndarray) -> np.ndarray:
 
 
 def png_data_url(x: np.ndarray) -> str:
-    """(H, W) grey or (H, W, 3) RGB floats in [0, 1] -> "data:image/png;base64,..." (8 bits a channel)."""
-    buffer = io.BytesIO()
-    Image.fromarray(np.round(np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    """(H, W) grey or (H, W, 3) RGB floats in [0, 1] -> "data:image/png;base64,..." (8 bits a channel),
+    written by OpenCV (which takes colour as BGR)."""
+    pixels = np.round(np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)
+    _, png = cv2.imencode(".png", pixels[..., ::-1] if pixels.ndim == 3 else pixels, PNG_OPTIONS)
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")

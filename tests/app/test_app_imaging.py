@@ -1,6 +1,7 @@
 """app/imaging/: safe decoding of every supported format and mode, and MNIST-style normalisation."""
 
 import base64
+import io
 
 import cv2
 import numpy as np
@@ -185,6 +186,16 @@ def test_png_data_url_round_trip(seven):
     url = imaging.png_data_url(seven)
     assert url.startswith("data:image/png;base64,")
     np.testing.assert_allclose(load(imaging.from_base64(url), "none"), seven, atol=0.5 / 255 + 1e-6)
+
+
+def test_a_colour_png_keeps_its_channels(seven):
+    """The overlay's red stays red: Pillow reads back every channel of the RGB picture as it was drawn."""
+    rgb = imaging.overlay(seven, np.stack([seven, np.zeros_like(seven)]))
+    with Image.open(io.BytesIO(imaging.from_base64(imaging.png_data_url(rgb)))) as png:
+        assert (png.format, png.mode, png.size) == ("PNG", "RGB", (28, 28))
+        pixels = np.asarray(png, np.float32) / 255
+    np.testing.assert_allclose(pixels, rgb, atol=0.5 / 255 + 1e-6)
+    assert pixels[..., 0].sum() > 2 * pixels[..., 1].sum()  # the first object's red over the dimmed input
 
 
 # --- photos, specks, markers: the inputs people send --------------------------------------------
