@@ -212,15 +212,8 @@ def bench_server(
         providers, precision = ready["providers"], ready["precision"]
         bare = bare_session_run(base)
         batching = "on" if max_batch > 1 else "off"
-        cases = [
-            ("/predict", "all", ""),
-            ("/predict", "none", "?include="),
-            ("/predict", "none, preprocess=none", "?include=&preprocess=none"),
-            (NOOP, "-", ""),
-            ("/health", "-", ""),
-        ]
         for clients in clients_list:
-            for path, include, query in cases:
+            for path, include, query in (*DEFAULT_CASES, (NOOP, "-", "")):
                 url, sent = f"{base}{path}{query}", None if path == "/health" else body
                 hey(url, sent, 1, 0.5)  # warm-up
                 row = {"batching": batching, "endpoint": {NOOP: "no-op"}.get(path, path), "include": include}

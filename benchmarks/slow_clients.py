@@ -13,12 +13,9 @@ benchmarks/results/slow_clients.json and .md. Not a test.
 """
 
 import argparse
-import os
 import re
 import selectors
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +23,7 @@ from pathlib import Path
 from app.settings import Settings
 from benchmarks.load import hey
 from benchmarks.report import write_report
-from tests.harness import BOUNDARY, digit_png, free_port, machine, multipart, rss_mb
+from tests.harness import BOUNDARY, digit_png, free_port, machine, multipart, rss_mb, start_api
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 180  # for `python -m app` to load, warm up and open its port
@@ -80,22 +77,14 @@ def main(argv=None) -> dict:
     p.add_argument("--out", type=Path, default=RESULTS / "slow_clients.json")
     args = p.parse_args(argv)
     port = free_port()
-    env = {**os.environ, "CAPSNET_MODELS": "mnist", "CAPSNET_PORT": str(port), "CAPSNET_LOG_LEVEL": "info"}
     deadline = Settings.model_fields["read_deadline_s"].default if args.deadline is None else args.deadline
-    env["CAPSNET_READ_DEADLINE_S"] = str(deadline)
+    env = {"CAPSNET_MODELS": "mnist", "CAPSNET_LOG_LEVEL": "info", "CAPSNET_READ_DEADLINE_S": str(deadline)}
     with tempfile.TemporaryDirectory() as tmp:
         log_path, body = Path(tmp) / "server.log", Path(tmp) / "body"
         body.write_bytes(multipart(digit_png()))
-        with log_path.open("w") as log_file:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "app"], cwd=REPO, env=env, stderr=log_file, stdout=log_file
-            )
+        server = start_api(port, env, START_TIMEOUT_S, log=log_path)
         try:
-            url, up_by = f"http://{HOST}:{port}", time.monotonic() + START_TIMEOUT_S
-            while "Application startup complete" not in log_path.read_text() or not _ready(url):
-                if server.poll() is not None or time.monotonic() > up_by:
-                    sys.exit(f"the server did not come up:\n{log_path.read_text()}")
-                time.sleep(0.3)
+            url = f"http://{HOST}:{port}"
             time.sleep(2)  # every worker up
             workers = workers_of(server.pid)
             rss_before = [round(rss_mb(w), 1) for w in workers]
@@ -137,14 +126,6 @@ def main(argv=None) -> dict:
     }
     write_report(args.out, report, markdown(report))
     return report
-
-
-def _ready(url: str) -> bool:
-    try:
-        with socket.create_connection((HOST, int(url.rsplit(":", 1)[1])), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def markdown(r: dict) -> str:

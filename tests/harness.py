@@ -44,22 +44,36 @@ def ready(url: str, timeout: float = 2.0) -> bool:
 
 
 def start_api(
-    port: int, env: dict[str, str] | None = None, timeout: float = 180.0, cpus: set[int] | None = None
+    port: int,
+    env: dict[str, str] | None = None,
+    timeout: float = 180.0,
+    cpus: set[int] | None = None,
+    log: Path | None = None,
 ) -> subprocess.Popen:
-    """`python -m app` on 127.0.0.1:port (CAPSNET_* settings from env; on `cpus` when given), returned once
-    /ready answers; a RuntimeError that says why if it stops or is not ready within timeout seconds."""
+    """`python -m app` on 127.0.0.1:port (CAPSNET_* settings from env; on `cpus` when given; its output to
+    the file `log` when given, else this process's), returned once /ready answers; a RuntimeError that
+    says why if it stops or is not ready within timeout seconds."""
     env = {**os.environ, "CAPSNET_PORT": str(port), "CAPSNET_LOG_LEVEL": "warning", **(env or {})}
     pin = None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
-    server = subprocess.Popen([sys.executable, "-m", "app"], cwd=REPO, env=env, preexec_fn=pin)
+    output = None if log is None else log.open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app"], cwd=REPO, env=env, preexec_fn=pin, stdout=output, stderr=output
+    )
+    if output is not None:
+        output.close()  # the server writes through its own copy of the descriptor
+
+    def failed(why: str) -> RuntimeError:
+        return RuntimeError(f"{why}; its log is above" if log is None else f"{why}; its log:\n{log.read_text()}")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"the API stopped during start-up (exit {server.returncode}; its log is above)")
+            raise failed(f"the API stopped during start-up (exit {server.returncode})")
         if ready(f"http://127.0.0.1:{port}/ready"):
             return server
         time.sleep(0.2)
     server.kill()
-    raise RuntimeError(f"the API was not ready within {timeout:.0f} s")
+    raise failed(f"the API was not ready within {timeout:.0f} s")
 
 
 def encode(image: Image.Image | np.ndarray, fmt: str = "PNG", **save_args) -> bytes:
