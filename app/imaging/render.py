@@ -32,4 +32,4 @@ def png_data_url(x: np.ndarray) -> str:
     written by OpenCV (which takes colour as BGR)."""
     pixels = np.round(np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)
     _, png = cv2.imencode(".png", pixels[..., ::-1] if pixels.ndim == 3 else pixels, PNG_OPTIONS)
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(png.tobytes()).decode("ascii")
