@@ -86,6 +86,23 @@ class Run:
     precision: str = "fp32"
     hardware: str = ""
 
+    @property
+    def kept_images(self) -> int:
+        """Training examples drawn up to the kept epoch."""
+        return self.kept_epoch * self.images_per_epoch
+
+    def summary(self) -> dict:
+        """The run as an experiment's results record it: the kept and trained epochs, the images up to the
+        kept one, the training time, hardware and precision."""
+        return {
+            "kept_epoch": self.kept_epoch,
+            "epochs_run": self.epochs_run,
+            "train_images": self.kept_images,
+            "train_seconds": self.train_seconds,
+            "hardware": self.hardware,
+            "precision": self.precision,
+        }
+
     @classmethod
     def of_checkpoint(cls, ckpt: dict) -> "Run":
         """The Run that wrote a best.pt (or its compact copy): for experiments that skip training and

@@ -58,13 +58,8 @@ def trial(name: str, args: argparse.Namespace, seed: int) -> dict:
     assert test is not None  # one process, rank 0: train returns the test result
     result = {
         "run_epochs": config.epochs,
-        "epochs_run": run.epochs_run,
-        "kept_epoch": run.kept_epoch,
         "error": 100 * (1 - test["accuracy"]),
-        "train_seconds": run.train_seconds,
-        "train_images": run.kept_epoch * run.images_per_epoch,
-        "hardware": run.hardware,
-        "precision": run.precision,
+        **run.summary(),
     }
     result_path.write_text(json.dumps(result, indent=2) + "\n")
     return result

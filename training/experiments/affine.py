@@ -377,7 +377,7 @@ def main(argv=None) -> dict:
         run_fields: dict[str, Any]  # row()'s keywords: ints, floats and a bool
         run_fields = dict(
             epochs=run.kept_epoch,
-            train_images=run.kept_epoch * run.images_per_epoch,
+            train_images=run.kept_images,
             wall_seconds=run.train_seconds,
             reduced=run.epochs_run < 30 or bool(args.train_limit),
             parameters=params,

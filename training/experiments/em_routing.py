@@ -42,13 +42,8 @@ def trial(name: str, args: argparse.Namespace) -> dict:
             for h in run.history
             if "val_acc" in h
         ],
-        "kept_epoch": run.kept_epoch,
-        "epochs_run": run.epochs_run,
         "error": 100 * (1 - test["accuracy"]),
-        "train_images": run.kept_epoch * run.images_per_epoch,
-        "train_seconds": run.train_seconds,
-        "hardware": run.hardware,
-        "precision": run.precision,
+        **run.summary(),
     }
 
 

@@ -53,7 +53,7 @@ def main(argv=None) -> dict:
             100 * (1 - card["test_accuracy"]),
             PAPER_ERROR,
             epochs=run.kept_epoch,
-            train_images=run.kept_epoch * run.images_per_epoch,
+            train_images=run.kept_images,
             wall_seconds=run.train_seconds,
             reduced=run.epochs_run < PAPER_EPOCHS or bool(args.train_limit),
             model_version=card["version"],

@@ -220,7 +220,7 @@ def main(argv=None) -> dict:
     print(f"test error (both labels right) {test['error']:.2f}% on {test['count']:,} pairs (paper: {PAPER_ERROR}%)")
     save_pairs_figure(model, splits["test"], args.figure, seed=args.seed + 2)
     card = export_shipped(model.cpu(), ckpt, splits["test"].to("cpu"), args.model_dir, args.test_pairs, args.seed + 2)
-    images = run.kept_epoch * run.images_per_epoch
+    images = run.kept_images
     reduced = images < 60_000_000 or args.test_pairs < 1000
     rows = [
         common.row(
