@@ -46,7 +46,7 @@ from tests.harness import (
     multipart,
     rss_mb,
     start_api,
-    workers_ready,
+    wait_for_workers,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,17 +139,6 @@ def sigterm_under_load(body: bytes, clients: int = 32, after_s: float = 2.0) -> 
         "refused_before_sending": classes["refused, never sent"],
         "accepted_unanswered": classes["accepted, unanswered"],
     }
-
-
-def wait_for_workers(url: str, count: int, gone: int = 0, timeout: float = 180.0) -> set[int]:
-    """The ready workers' PIDs once there are `count` of them and `gone` is not among them."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = workers_ready(url)
-        if len(pids) == count and gone not in pids:
-            return pids
-        time.sleep(0.2)
-    raise RuntimeError(f"{count} workers were not ready within {timeout:.0f} s")
 
 
 def outcomes(statuses: dict[int, int], errors: dict[str, int]) -> dict:

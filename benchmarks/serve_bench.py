@@ -40,7 +40,7 @@ import numpy as np
 from benchmarks.load import hey
 from benchmarks.report import write_report
 from model import contract
-from tests.harness import digit_png, free_port, machine, multipart, start_api, workers_ready
+from tests.harness import digit_png, free_port, machine, multipart, start_api, wait_for_workers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -178,9 +178,8 @@ def bench_default_and_template(clients_list, seconds: float, body: Path, server_
     rows = []
     try:
         wait_ready(f"http://{HOST}:{template_port}", template, "/openapi.json")
-        expected, end = len(server_cpus), time.monotonic() + 120  # the default: a worker per core it may use
-        while expected > 1 and len(workers_ready(f"http://{HOST}:{app_port}")) < expected and time.monotonic() < end:
-            time.sleep(0.2)
+        if len(server_cpus) > 1:  # the default: a worker per core it may use
+            wait_for_workers(f"http://{HOST}:{app_port}", len(server_cpus))
         for clients in clients_list:
             cases = [("template", template_port, "/predict", "-", "")]
             cases += [("default", app_port, path, include, query) for path, include, query in DEFAULT_CASES]
@@ -248,8 +247,8 @@ def bench_workers(
             port = free_port()
             env = {"CAPSNET_MODELS": "mnist", "CAPSNET_WORKERS": str(workers)}
             servers[workers] = (start_api(port, env, cpus=server_cpus), f"http://{HOST}:{port}")
-            while workers > 1 and len(workers_ready(servers[workers][1])) < workers:
-                time.sleep(0.2)
+            if workers > 1:
+                wait_for_workers(servers[workers][1], workers)
             hey(f"{servers[workers][1]}/predict", body, clients, 0.5)  # warm-up
         results: dict[tuple[int, str], list[dict]] = {}
         for _ in range(rounds):

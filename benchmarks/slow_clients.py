@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.settings import Settings
+from app.settings import Settings, available_cores
 from benchmarks.load import hey
 from benchmarks.report import write_report
-from tests.harness import BOUNDARY, digit_png, free_port, machine, multipart, rss_mb, start_api
+from tests.harness import BOUNDARY, digit_png, free_port, machine, multipart, rss_mb, start_api, wait_for_workers
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 180  # for `python -m app` to load, warm up and open its port
@@ -41,13 +41,6 @@ def stalled(port: int) -> socket.socket:
     )
     sock.sendall(head.encode() + multipart(digit_png())[:100])
     return sock
-
-
-def workers_of(pid: int) -> list[int]:
-    """The server's worker processes (uvicorn's spawned children), or the server itself when it has none."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    workers = [int(c) for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
-    return workers or [pid]
 
 
 def replies(socks: list[socket.socket], since: float, timeout: float) -> list[tuple[bytes, float]]:
@@ -85,8 +78,8 @@ def main(argv=None) -> dict:
         server = start_api(port, env, START_TIMEOUT_S, log=log_path)
         try:
             url = f"http://{HOST}:{port}"
-            time.sleep(2)  # every worker up
-            workers = workers_of(server.pid)
+            count = available_cores()  # the default: a worker per core
+            workers = sorted(wait_for_workers(url, count)) if count > 1 else [server.pid]
             rss_before = [round(rss_mb(w), 1) for w in workers]
             sent = time.monotonic()
             socks = [stalled(port) for _ in range(args.connections)]

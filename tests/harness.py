@@ -150,6 +150,18 @@ def workers_ready(url: str) -> set[int]:
     return {pid for pid in pids if all(s.value == 1 for s in ready if int(s.labels["pid"]) == pid)}
 
 
+def wait_for_workers(url: str, count: int, gone: int = 0, timeout: float = 180.0) -> set[int]:
+    """The ready workers' PIDs (workers_ready) once there are `count` of them and `gone` is not among them;
+    a RuntimeError if that does not happen within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = workers_ready(url)
+        if len(pids) == count and gone not in pids:
+            return pids
+        time.sleep(0.2)
+    raise RuntimeError(f"{count} workers were not ready within {timeout:.0f} s")
+
+
 def rss_mb(pid: int | str = "self") -> float:
     """A process's resident memory in MB (/proc/PID/status VmRSS); this process's by default."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

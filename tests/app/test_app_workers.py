@@ -26,7 +26,7 @@ from tests.harness import (
     hey_outcomes,
     multipart,
     start_api,
-    workers_ready,
+    wait_for_workers,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("hey") is None, reason="needs hey (apt-get install hey)")
@@ -64,12 +64,6 @@ def wait_for(condition, timeout: float = 60.0):
     raise TimeoutError(f"{condition} did not hold within {timeout:.0f} s")
 
 
-def two_workers(url: str, gone: int = 0) -> set[int] | None:
-    """The two ready workers' PIDs, once there are two and neither is `gone`."""
-    pids = workers_ready(url)
-    return pids if len(pids) == 2 and gone not in pids else None
-
-
 def predictions_counted(url: str) -> int:
     """The /predict answers of every worker, as GET /metrics (answered by one of them) counts them."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
@@ -84,7 +78,7 @@ def test_two_workers_share_the_load_survive_a_kill_and_stop_gracefully(tmp_path)
     predict = f"{url}/predict?include="
     server = start_api(port, ENV, timeout=120)
     try:
-        first = wait_for(lambda: two_workers(url))
+        first = wait_for_workers(url, 2, timeout=60)
         cpu = {pid: cpu_seconds(pid) for pid in first}
         statuses, errors = hey_outcomes(predict, body, CLIENTS, 2, keep_alive=False)  # connections spread
         assert list(statuses) == [200] and not errors, (statuses, errors)
@@ -103,7 +97,7 @@ def test_two_workers_share_the_load_survive_a_kill_and_stop_gracefully(tmp_path)
         assert list(statuses) == [200] and statuses[200] > 0, statuses
         assert sum(errors.values()) <= held[victim], (held, errors)  # only the killed worker's requests are lost
         assert not [e for e in errors if "refused" in e], errors  # the port stayed open
-        replaced = wait_for(lambda: two_workers(url, gone=victim))
+        replaced = wait_for_workers(url, 2, gone=victim, timeout=60)
 
         slow = [Sweep(f"{url}/explain?transform=rotate&steps=64&include=", body) for _ in range(SWEEPS)]
         threading.Timer(1.0, lambda: [sweep.start() for sweep in slow]).start()
@@ -128,7 +122,7 @@ def test_workers_stop_when_their_supervisor_is_killed():
     port = free_port()
     server = start_api(port, ENV, timeout=120)
     try:
-        workers = wait_for(lambda: two_workers(f"http://127.0.0.1:{port}"))
+        workers = wait_for_workers(f"http://127.0.0.1:{port}", 2, timeout=60)
     finally:
         server.kill()
         server.wait(30)
