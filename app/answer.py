@@ -47,11 +47,10 @@ async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: i
     def prepared(image: Image.Image) -> imaging.Prepared:
         return imaging.preprocess(imaging.load(image), kind, engine.size, how.ink_box)
 
-    if len(data) <= INLINE_BYTES:
-        image = imaging.open_image(data, max_pixels)  # its header only
-        if max(image.size) <= INLINE_SIDE:
-            return prepared(image)
-    return await run_in_threadpool(lambda: prepared(imaging.open_image(data, max_pixels)))
+    if len(data) > INLINE_BYTES:
+        return await run_in_threadpool(lambda: prepared(imaging.open_image(data, max_pixels)))
+    image = imaging.open_image(data, max_pixels)  # its header only
+    return prepared(image) if max(image.size) <= INLINE_SIDE else await run_in_threadpool(prepared, image)
 
 
 def ranked(lengths: np.ndarray) -> np.ndarray:
