@@ -26,6 +26,7 @@ import onnxruntime as ort
 
 from app import memory
 from app.batcher import DynamicBatcher
+from app.cores import Board, this_worker
 from app.metrics import EngineMetrics
 from app.settings import Settings
 from model import contract
@@ -104,10 +105,20 @@ class Engine:
         directory: holds capsnet.onnx, decoder.onnx, capsnet.json (and capsnet.int8.onnx).
         settings: providers, threads and batching limits.
         metrics: where batch sizes and inference times go (None: nowhere).
+        board: this worker's slot on the workers' board (app/cores.py), for the default model with several
+            workers: a single image of the server's only request then runs on `capsnet_wide`, every core.
     """
 
-    def __init__(self, name: str, directory: Path, settings: Settings, metrics: EngineMetrics | None = None):
+    def __init__(
+        self,
+        name: str,
+        directory: Path,
+        settings: Settings,
+        metrics: EngineMetrics | None = None,
+        board: Board | None = None,
+    ):
         self.name, self.directory, self.settings, self.metrics = name, Path(directory), settings, metrics
+        self.board = board
         self.card = json.loads((self.directory / contract.MODEL_CARD).read_text())
         self.spec = read_serving(self.card, f"{self.directory} (model {name})")
         self._providers = select_providers(settings.providers, explicit="providers" in settings.model_fields_set)
@@ -121,6 +132,10 @@ class Engine:
         )
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
         self.capsnet = self._session(self.capsnet_file)
+        # A request alone on the server runs on every core (app/cores.py), its threads spinning: nothing
+        # else runs then, and 2 threads that sleep between a run's parallel parts are no faster than one
+        wide = settings.lone_request_threads if board is not None and self._on_cpu else 0
+        self.capsnet_wide = self._session(self.capsnet_file, wide, spinning=True) if wide else None
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
@@ -176,10 +191,11 @@ class Engine:
         """Side of the model's square input (and of its reconstructions)."""
         return self.spec.size
 
-    def _session(self, filename: str) -> ort.InferenceSession:
+    def _session(self, filename: str, threads: int | None = None, spinning: bool | None = None) -> ort.InferenceSession:
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.settings.session_threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", str(int(self.settings.intra_op_spinning)))
+        options.intra_op_num_threads = self.settings.session_threads if threads is None else threads
+        spinning = self.settings.intra_op_spinning if spinning is None else spinning
+        options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))
         if self._on_cpu:
             memory.configure(options)
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
@@ -234,9 +250,15 @@ class Engine:
 
     # --- running ---------------------------------------------------------------------------------
     def _run_capsnet(self, images: np.ndarray, names: list[str]) -> list[np.ndarray]:
-        """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run."""
+        """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run; the
+        single image of the server's only request on every core (capsnet_wide)."""
         rows = self.run_rows or len(images)
-        return memory.in_slices(lambda x: self.capsnet.run(names, {contract.IMAGE: x}), images, rows)
+        session = self.capsnet
+        if self.capsnet_wide is not None and len(images) == 1 and self.board is not None and self.board.alone():
+            session = self.capsnet_wide
+            if self.metrics:
+                self.metrics.lone_runs.labels(self.name).inc()
+        return memory.in_slices(lambda x: session.run(names, {contract.IMAGE: x}), images, rows)
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
@@ -291,6 +313,9 @@ class Engine:
         capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
+        if self.capsnet_wide is not None:
+            one = np.zeros((1, 1, self.size, self.size), np.float32)
+            self.capsnet_wide.run(self.every_output, {contract.IMAGE: one})
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         memory.release_freed_heap()
@@ -339,9 +364,11 @@ class Engines:
     def __init__(self, settings: Settings, metrics: EngineMetrics | None = None):
         self.default = settings.default_model
         self.engines: dict[str, Engine] = {}
+        board = this_worker()
         for name, directory in settings.model_dirs.items():
             try:
-                self.engines[name] = Engine(name, directory, settings, metrics)
+                wide = board if name == self.default else None  # one more session: the default model's only
+                self.engines[name] = Engine(name, directory, settings, metrics, wide)
             except Exception as exc:
                 self.close()
                 raise ModelLoadError(f"model {name} ({directory}): {exc}") from exc

@@ -12,10 +12,11 @@ from fastapi.middleware.cors import CORSMiddleware
 from threadpoolctl import threadpool_limits
 
 from app import VERSION
+from app.cores import this_worker
 from app.engine import Engines
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
-from app.middleware import REQUEST_ID, BodyLimitMiddleware, RequestIdMiddleware
+from app.middleware import REQUEST_ID, BoardMiddleware, BodyLimitMiddleware, RequestIdMiddleware
 from app.routes import explain, health, inference_protocol, models, predict, reconstruct
 from app.settings import Settings, get_settings
 
@@ -68,6 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     register_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
+    if (board := this_worker()) is not None:  # several workers: a lone request may take every core
+        app.add_middleware(BoardMiddleware, board=board)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

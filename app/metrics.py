@@ -9,7 +9,7 @@ PROMETHEUS_MULTIPROC_DIR and GET /metrics, answered by any worker, adds up every
 
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -20,7 +20,8 @@ SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
 
 
 class EngineMetrics:
-    """What the batcher records: how big the batches are and how long they take."""
+    """What the batcher records (how big the batches are and how long they take) and how many runs the
+    engine gave every core (a request alone on the server, app/cores.py)."""
 
     def __init__(self, registry: CollectorRegistry):
         self.batch_size = Histogram(
@@ -43,6 +44,12 @@ class EngineMetrics:
         # every worker's queue together; a dead worker's value goes with it (app/workers.py marks it dead)
         self.queue_depth = Gauge(
             "capsnet_queue_depth", "Requests waiting for the batcher", registry=registry, multiprocess_mode="livesum"
+        )
+        self.lone_runs = Counter(
+            "capsnet_lone_runs",
+            "Images of a request alone on the server, run on every core",
+            ["model"],
+            registry=registry,
         )
         # one sample per live worker (labelled pid with several workers)
         self.model_ready = Gauge(

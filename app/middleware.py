@@ -1,5 +1,5 @@
-"""Pure ASGI middleware: request ids with a last-resort 500 (a client gone is one line), and a streaming
-body-size limit."""
+"""Pure ASGI middleware: request ids with a last-resort 500 (a client gone is one line), a streaming
+body-size limit, and the count of a worker's requests on the workers' board."""
 
 import logging
 import re
@@ -11,6 +11,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.cores import Board
 from app.http_protocol import CUT_OFF
 
 log = logging.getLogger(__name__)
@@ -96,3 +97,17 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+class BoardMiddleware:
+    """Counts this worker's HTTP requests in flight on the workers' board (app/cores.py), from the moment
+    uvicorn hands one over (its head read) until its answer is sent."""
+
+    def __init__(self, app: ASGIApp, board: Board):
+        self.app, self.board = app, board
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        with self.board.request():
+            await self.app(scope, receive, send)

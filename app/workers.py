@@ -6,7 +6,8 @@ port and runs uvicorn's supervisor, which spawns the workers, replaces one that 
 one fails to start. Each worker builds the app through `create_worker_app`, an app factory that
 loads and warms up every model before uvicorn lets the worker accept connections: a worker only
 takes requests once warm, so its /ready is true from its first answer. Prometheus runs in multiprocess
-mode, its files in a temporary folder that the parent makes and removes (app/metrics.py).
+mode, its files in a temporary folder that the parent makes and removes (app/metrics.py); the workers'
+board (app/cores.py), where each counts its requests in flight, is a file in the same folder.
 
 SIGTERM (or SIGINT) to the parent: it shuts the listening socket for every worker at once (a new
 connection is refused, never handed to a worker about to stop) and sends SIGTERM to each worker, which
@@ -26,6 +27,7 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
@@ -33,6 +35,7 @@ from prometheus_client import multiprocess
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
+from app import cores
 from app.engine import Engines, ModelLoadError
 from app.http_protocol import uvicorn_options
 from app.main import create_app
@@ -136,8 +139,9 @@ def serve_workers(settings: Settings) -> None:
         ModelLoadError if a model cannot serve, found by the parent's check or by a worker.
     """
     check_models_apart(settings)
-    with tempfile.TemporaryDirectory(prefix="capsnet-metrics-") as metrics_dir:
+    with tempfile.TemporaryDirectory(prefix="capsnet-workers-") as metrics_dir:
         os.environ[METRICS_DIR] = metrics_dir  # the workers inherit it
+        os.environ[cores.BOARD] = str(cores.make_board(Path(metrics_dir) / "cores.board"))
         config = uvicorn.Config(
             "app.workers:create_worker_app",
             factory=True,

@@ -1,7 +1,8 @@
 """Several workers (CAPSNET_WORKERS=2, app/workers.py), run as a user runs them (`python -m app`, mnist only):
 both answer and GET /metrics counts them together; a worker killed under load is replaced, and the only
 requests without an answer are those on its own connections; SIGTERM answers what is in flight, then
-the port refuses and every process exits 0. A worker that cannot load its models stops the server."""
+the port refuses and every process exits 0. A worker that cannot load its models stops the server. On
+the default threads a request alone on the server runs on every core, and under load none does."""
 
 import os
 import re
@@ -15,7 +16,8 @@ import urllib.request
 
 import pytest
 
-from app import memory
+from app import cores, memory
+from app.settings import available_cores
 from model import contract
 from tests.harness import (
     MULTIPART,
@@ -69,6 +71,36 @@ def predictions_counted(url: str) -> int:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
         text = response.read().decode()
     return sum(int(float(n)) for n in re.findall(r'^http_requests_total\{handler="/predict".*\} (\S+)$', text, re.M))
+
+
+def lone_runs(url: str) -> int:
+    """The images every worker ran alone on every core (app/cores.py), from GET /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(int(float(n)) for n in re.findall(r'^capsnet_lone_runs_total\{model="mnist"\} (\S+)$', text, re.M))
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="one core: a worker's sessions have it all")
+def test_a_request_alone_on_the_server_runs_on_every_core_and_none_under_load(tmp_path):
+    port = free_port()
+    url, body = f"http://127.0.0.1:{port}", tmp_path / "body"
+    body.write_bytes(multipart(digit_png()))
+    env = {key: value for key, value in ENV.items() if key != "CAPSNET_INTRA_OP_THREADS"}  # the default threads
+    server = start_api(port, env, timeout=120)
+    try:
+        wait_for_workers(url, 2, timeout=60)
+        for _ in range(3):
+            time.sleep(2 * cores.QUIET_S)  # the other worker quiet (it may have answered the last one)
+            request = urllib.request.Request(f"{url}/predict?include=", body.read_bytes(), {"Content-Type": MULTIPART})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.status == 200
+        assert lone_runs(url) == 3
+        statuses, errors = hey_outcomes(f"{url}/predict?include=", body, CLIENTS, 2, keep_alive=False)
+        assert list(statuses) == [200] and not errors, (statuses, errors)
+        assert lone_runs(url) - 3 < 0.05 * statuses[200], "requests under load ran on every core"
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def test_two_workers_share_the_load_survive_a_kill_and_stop_gracefully(tmp_path):

@@ -1,0 +1,92 @@
+"""Which worker processes hold requests: a board they share, so that a request alone on the server can
+take the cores that no other worker is using.
+
+With several workers each ONNX Runtime session has a share of the cores (Settings.session_threads),
+which keeps a loaded server from running more threads than it has cores; but a request alone on the
+server would finish sooner on all of them. Each worker counts its requests in flight on the board, a
+small file that the parent makes and every worker maps (app/middleware.py's BoardMiddleware counts). A
+worker about to run a single image for its only request, while every other worker has held no request
+for QUIET_S, runs it on its wide session (app/engine.py: every available core). Under load the others
+are never quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py measures both).
+"""
+
+import contextlib
+import fcntl
+import mmap
+import os
+import time
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the parent for its workers (not a setting)
+SLOTS = 256  # as many as Settings.workers allows
+QUIET_S = 0.05  # how long every other worker must have held no request for a lone one to take every core
+# a worker's slot: its pid, its requests in flight and when its last one ended (time.monotonic, which is
+# the same clock in every process)
+_SLOT = np.dtype([("pid", "<i8"), ("requests", "<i8"), ("ended", "<f8")])
+
+
+def make_board(path: Path) -> Path:
+    """An empty board at path, for the workers to come."""
+    path.write_bytes(bytes(SLOTS * _SLOT.itemsize))
+    return path
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+class Board:
+    """This worker's slot on the board at path, claimed under a lock: the first one free or left by a
+    worker that is gone (the supervisor's replacement for a dead worker takes its slot). Its counts are
+    written by the event loop's thread alone and read by any thread of any worker."""
+
+    def __init__(self, path: Path):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._map = mmap.mmap(fd, SLOTS * _SLOT.itemsize)
+            self._slots = np.frombuffer(self._map, _SLOT)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            gone = [i for i, pid in enumerate(self._slots["pid"]) if pid != 0 and not alive(int(pid))]
+            self._slots[gone] = (0, 0, 0.0)  # a worker that died holding requests holds none now
+            free = np.flatnonzero(self._slots["pid"] == 0)
+            if not free.size:
+                raise RuntimeError(f"the workers' board {path} has no free slot of {SLOTS}")
+            self.slot = int(free[0])
+            self._slots[self.slot] = (os.getpid(), 0, 0.0)
+        finally:
+            os.close(fd)  # and its lock
+        self._requests, self._ended = self._slots["requests"], self._slots["ended"]
+        self._others = np.arange(SLOTS) != self.slot
+
+    @contextlib.contextmanager
+    def request(self):
+        """Counts a request in flight on this worker for the duration of the block."""
+        self._requests[self.slot] += 1
+        try:
+            yield
+        finally:
+            self._requests[self.slot] -= 1
+            self._ended[self.slot] = time.monotonic()
+
+    def alone(self) -> bool:
+        """Whether this worker holds one request and every other has held none for QUIET_S."""
+        if self._requests[self.slot] != 1 or self._requests[self._others].any():
+            return False
+        return not (self._ended[self._others] > time.monotonic() - QUIET_S).any()
+
+
+@cache
+def this_worker() -> Board | None:
+    """This process's slot on the board when its parent made one (several workers), else None."""
+    path = os.environ.get(BOARD)
+    return Board(Path(path)) if path else None

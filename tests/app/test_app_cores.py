@@ -1,0 +1,122 @@
+"""The workers' board (app/cores.py): a request alone on the server runs on every core, and only then: not
+while another worker holds a request or held one within QUIET_S, not while its own worker holds another;
+a dead worker's slot is taken over and its requests forgotten; the engine and the app use it."""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app import cores
+from app import settings as settings_module
+from app.engine import Engine
+from app.main import create_app
+from app.metrics import EngineMetrics
+from app.settings import Settings
+from model import contract
+from tests.harness import MULTIPART, digit_png, multipart
+
+
+@pytest.fixture
+def board_path(tmp_path, monkeypatch):
+    """An empty board, named to this process as its parent would name it; this_worker() forgets any other."""
+    path = cores.make_board(tmp_path / "cores.board")
+    monkeypatch.setenv(cores.BOARD, str(path))
+    cores.this_worker.cache_clear()
+    yield path
+    cores.this_worker.cache_clear()
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """Settings see two available cores, whatever this machine has."""
+    monkeypatch.setattr(settings_module, "available_cores", lambda: 2)
+
+
+def test_alone_only_with_one_request_here_and_every_other_worker_quiet(board_path, monkeypatch):
+    here, there = cores.Board(board_path), cores.Board(board_path)
+    assert here.slot != there.slot
+    assert not here.alone()  # no request: nothing to run alone
+    with here.request():
+        assert here.alone()
+        with here.request():  # a second request on the same worker
+            assert not here.alone()
+        with there.request():  # another worker's request
+            assert not here.alone()
+        assert not here.alone()  # that one ended just now: not quiet yet
+        monkeypatch.setattr(cores, "QUIET_S", 0.02)
+        time.sleep(0.03)
+        assert here.alone()
+
+
+def test_a_dead_workers_slot_is_taken_and_its_requests_forgotten(board_path):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    slots = np.memmap(board_path, cores._SLOT, mode="r+")
+    slots[0] = (int(dead.stdout), 3, time.monotonic())  # died holding 3 requests
+    slots.flush()
+    here = cores.Board(board_path)
+    assert here.slot == 0
+    assert (slots["requests"] == 0).all()
+    with pytest.raises(RuntimeError, match="no free slot"):
+        slots["pid"] = 1  # pid 1 lives: every slot taken
+        slots.flush()
+        cores.Board(board_path)
+
+
+def test_lone_request_threads(two_cores):
+    assert Settings(workers=2).lone_request_threads == 2  # each session has 1 of the 2 cores
+    assert Settings(workers=1).lone_request_threads == 0  # one process: its sessions have every core
+    assert Settings(workers=2, intra_op_threads=1).lone_request_threads == 0  # threads set: as set
+    assert Settings(workers=3).lone_request_threads == 2
+
+
+def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path, two_cores, mnist_fixture):
+    board = cores.Board(board_path)
+    settings = Settings(models=["mnist"], workers=2, providers=["CPUExecutionProvider"])
+    engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
+    assert engine.capsnet_wide is not None
+    assert engine.capsnet.get_session_options().intra_op_num_threads == 1
+    assert engine.capsnet_wide.get_session_options().intra_op_num_threads == 2
+    runs = []
+    for name in ("capsnet", "capsnet_wide"):
+        session = getattr(engine, name)
+        setattr(engine, name, type("Spy", (), {"run": lambda _, *a, s=session, n=name: runs.append(n) or s.run(*a)})())
+    x = mnist_fixture[0][:2, None].astype(np.float32) / 255
+    names = engine.output_names
+    with board.request():
+        alone = engine._run_capsnet(x[:1], names)
+        assert runs == ["capsnet_wide"]
+        pair = engine._run_capsnet(x, names)  # two images: a batch, never alone
+        assert runs == ["capsnet_wide", "capsnet"]
+        with board.request():
+            engine._run_capsnet(x[:1], names)  # a second request here
+        assert runs[-1] == "capsnet"
+    for one, both in zip(alone, pair, strict=True):  # the same graph: the same outputs, to float error
+        np.testing.assert_allclose(one[0], both[0], atol=1e-5)
+    assert Engine("mnist", contract.SHIPPED["mnist"], settings).capsnet_wide is None  # no board: one process
+
+
+def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
+    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone; the default
+    model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
+    settings = Settings(models=["mnist", "fashion-mnist"], workers=2, providers=["CPUExecutionProvider"])
+    app = create_app(settings)
+    with TestClient(app) as client:
+        while client.get("/ready").status_code != 200:
+            time.sleep(0.1)
+        engines = app.state.engines
+        assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
+        metrics: EngineMetrics = app.state.metrics
+        for _ in range(3):
+            answer = client.post(
+                "/predict?include=", content=multipart(digit_png()), headers={"Content-Type": MULTIPART}
+            )
+            assert answer.status_code == 200
+        assert metrics.lone_runs.labels("mnist")._value.get() == 3
+        board = cores.this_worker()
+        assert board is not None and board._requests[board.slot] == 0  # every request counted out
