@@ -7,7 +7,9 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   multipart        Starlette parsing the body (what serve_bench's no-op route does)
   decode+prepare   imaging.decode and imaging.preprocess (crop, fit, centre)
   batcher hop      engine.predict (queue, batching thread, future, event loop) minus session.run
-  session.run      the engine's session alone at batch 1, all outputs, on the batching thread's terms
+  session.run      a worker's session at batch 1 (`python -m app`'s default: its share of the cores)
+  session.run alone  the session of a request alone on the server (app/cores.py: every core), where
+                   there are several cores
   render           the full JSON answer (two PNGs, orjson)
 The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_bench's no-op route
 costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type.
@@ -97,13 +99,15 @@ def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, floa
 
 
 def profile() -> dict:
-    from app import imaging
+    from app import cores, imaging
     from app.answer import render_prediction
     from app.engine import Engine
     from app.settings import Settings
 
     settings = Settings(log_level="warning")
-    engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
+    with tempfile.TemporaryDirectory() as tmp:  # a worker of python -m app's, on its board
+        board = cores.Board(cores.make_board(Path(tmp) / "cores.board")) if settings.workers > 1 else None
+    engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
     engine.warm_up()
     body = digit_png()
     prepared = imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")
@@ -119,6 +123,8 @@ def profile() -> dict:
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
         "render": median_ms(lambda: render_prediction(outputs, prepared, include, engine)),
     }
+    if (wide := engine.capsnet_wide) is not None:
+        stages["session.run alone"] = median_ms(lambda: wide.run(engine.output_names, {contract.IMAGE: x}))
     engine.start()
 
     async def predict_ms() -> float:
@@ -129,14 +135,15 @@ def profile() -> dict:
             times.append(time.perf_counter() - start)
         return 1000 * float(np.median(times[1:]))
 
-    stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)
+    stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)  # not alone: no request
     engine.close()
-    threads = settings.intra_op_threads or os.cpu_count() or 1
+    threads = settings.session_threads or os.cpu_count() or 1
     return {
         "device": machine(),
         "precision": engine.precision,
         "graph": engine.capsnet_file,
         "threads": threads,
+        "threads_alone": settings.lone_request_threads,
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "load_average": round(os.getloadavg()[0], 2),
         "stages_ms": stages,
@@ -146,9 +153,11 @@ def profile() -> dict:
 
 def markdown(report: dict) -> str:
     lines = [
-        f"# Where /predict's CPU time goes ({report['device']}, {report['graph']}, {report['threads']} threads)",
+        f"# Where /predict's CPU time goes ({report['device']}, {report['graph']})",
         "",
-        f"{report['when']}; 1-min load average {report['load_average']}.",
+        f"{report['when']}; 1-min load average {report['load_average']}. A worker's session: {report['threads']} "
+        f"thread(s); alone on the server: {report['threads_alone'] or 'the same'}; the operators: "
+        f"{report['threads']} thread(s).",
         "",
         "| stage | median ms |",
         "|---|---:|",
