@@ -6,12 +6,14 @@ which keeps a loaded server from running more threads than it has cores; but a r
 server would finish sooner on all of them. Each worker counts its requests in flight on the board, a
 small file that the parent makes and every worker maps (app/middleware.py's BoardMiddleware counts). A
 worker about to run a single image for its only request, while every other worker has held no request
-for QUIET_S, runs it on its wide session (app/engine.py: every available core). Under load the others
-are never quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py measures both).
+for QUIET_S, runs it on its wide session (app/engine.py: the default model's, every available core). Under
+load the others are rarely quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py
+measures both).
 """
 
 import contextlib
 import fcntl
+import logging
 import mmap
 import os
 import time
@@ -19,6 +21,8 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the parent for its workers (not a setting)
 SLOTS = 256  # as many as Settings.workers allows
@@ -41,7 +45,7 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
 
 
@@ -75,8 +79,8 @@ class Board:
         try:
             yield
         finally:
+            self._ended[self.slot] = time.monotonic()  # first: no worker sees this one quiet before it is
             self._requests[self.slot] -= 1
-            self._ended[self.slot] = time.monotonic()
 
     def alone(self) -> bool:
         """Whether this worker holds one request and every other has held none for QUIET_S."""
@@ -87,6 +91,13 @@ class Board:
 
 @cache
 def this_worker() -> Board | None:
-    """This process's slot on the board when its parent made one (several workers), else None."""
+    """This process's slot on the board when its parent made one (several workers), else None; None with a
+    warning when the board cannot be used (lone requests then keep the worker's share of the cores)."""
     path = os.environ.get(BOARD)
-    return Board(Path(path)) if path else None
+    if not path:
+        return None
+    try:
+        return Board(Path(path))
+    except (OSError, RuntimeError) as exc:
+        log.warning("the workers' board %s cannot be used (%s): a lone request runs on this worker's share", path, exc)
+        return None

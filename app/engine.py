@@ -132,10 +132,10 @@ class Engine:
         )
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
         self.capsnet = self._session(self.capsnet_file)
-        # A request alone on the server runs on every core (app/cores.py), its threads spinning: nothing
-        # else runs then, and 2 threads that sleep between a run's parallel parts are no faster than one
+        # A request alone on the server runs on every core (app/cores.py), its threads spinning within the
+        # run (threads that sleep between its parallel parts wait to be woken for each) and stopping at its end
         wide = settings.lone_request_threads if board is not None and self._on_cpu else 0
-        self.capsnet_wide = self._session(self.capsnet_file, wide, spinning=True) if wide else None
+        self.capsnet_wide = self._session(self.capsnet_file, wide) if wide else None
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
@@ -191,11 +191,15 @@ class Engine:
         """Side of the model's square input (and of its reconstructions)."""
         return self.spec.size
 
-    def _session(self, filename: str, threads: int | None = None, spinning: bool | None = None) -> ort.InferenceSession:
+    def _session(self, filename: str, wide: int = 0) -> ort.InferenceSession:
+        """A session of the graph `filename` on the settings' threads, or on `wide` threads that spin within
+        a run and stop at its end (a lone request's, app/cores.py)."""
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.settings.session_threads if threads is None else threads
-        spinning = self.settings.intra_op_spinning if spinning is None else spinning
+        options.intra_op_num_threads = wide or self.settings.session_threads
+        spinning = bool(wide) or self.settings.intra_op_spinning
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))
+        if wide:
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         if self._on_cpu:
             memory.configure(options)
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
@@ -253,12 +257,13 @@ class Engine:
         """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run; the
         single image of the server's only request on every core (capsnet_wide)."""
         rows = self.run_rows or len(images)
-        session = self.capsnet
-        if self.capsnet_wide is not None and len(images) == 1 and self.board is not None and self.board.alone():
-            session = self.capsnet_wide
-            if self.metrics:
-                self.metrics.lone_runs.labels(self.name).inc()
-        return memory.in_slices(lambda x: session.run(names, {contract.IMAGE: x}), images, rows)
+        session, wide, board = self.capsnet, self.capsnet_wide, self.board
+        if wide is not None and board is not None and len(images) == 1 and self.ready and board.alone():
+            session = wide  # not while warming up: a request then may be a test client's /ready
+        outputs = memory.in_slices(lambda x: session.run(names, {contract.IMAGE: x}), images, rows)
+        if session is wide and self.metrics:
+            self.metrics.lone_runs.labels(self.name).inc()
+        return outputs
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
@@ -309,7 +314,8 @@ class Engine:
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """Run both graphs at batch 1 and at their largest batch, then mark the engine ready."""
+        """Run both graphs at batch 1 and at their largest batch (the wide session at batch 1), then mark the
+        engine ready."""
         capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
@@ -367,8 +373,8 @@ class Engines:
         board = this_worker()
         for name, directory in settings.model_dirs.items():
             try:
-                wide = board if name == self.default else None  # one more session: the default model's only
-                self.engines[name] = Engine(name, directory, settings, metrics, wide)
+                # the board for the default model only: its engine holds one more session
+                self.engines[name] = Engine(name, directory, settings, metrics, board if name == self.default else None)
             except Exception as exc:
                 self.close()
                 raise ModelLoadError(f"model {name} ({directory}): {exc}") from exc

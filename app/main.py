@@ -69,8 +69,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     register_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
-    if (board := this_worker()) is not None:  # several workers: a lone request may take every core
-        app.add_middleware(BoardMiddleware, board=board)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -79,6 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["*"],
             expose_headers=[REQUEST_ID],
         )
+    if (board := this_worker()) is not None:  # several workers: a lone request may take every core
+        app.add_middleware(BoardMiddleware, board=board)  # outermost: every request counts
     for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document

@@ -66,7 +66,8 @@ class Settings(BaseSettings):
         default=0,
         ge=0,
         description="ONNX Runtime intra-op threads per session; 0 = its default with one worker, "
-        "else the available cores divided between the workers (a request alone on the server: all of them)",
+        "else the available cores divided between the workers (a single image alone on the server, of the "
+        "default model: all of them)",
     )
     # ORT's CPU threads busy-wait between runs by default; in a server they would starve the event
     # loop and the image decoding threads of the same cores, so they sleep unless this is set
@@ -150,12 +151,13 @@ class Settings(BaseSettings):
 
     @property
     def lone_request_threads(self) -> int:
-        """Intra-op threads of the session that runs a request alone on the server (app/cores.py): every
-        available core with several workers whose sessions share them (intra_op_threads unset), else 0: none."""
+        """Intra-op threads of the default model's session for a single image alone on the server, on the CPU
+        (app/cores.py): every available core with several workers sharing them (intra_op_threads unset) on
+        several cores, else 0: no such session."""
         if self.intra_op_threads or self.workers == 1:
             return 0
         cores = available_cores()
-        return cores if self.session_threads < cores else 0
+        return cores if cores > 1 else 0
 
     @model_validator(mode="after")
     def _model_files_exist(self) -> "Settings":

