@@ -212,21 +212,21 @@ def close_transform(ui: TabUI) -> dict:
 
 def choose_sweep(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, digit: int | None) -> dict:
     """Another transform, or another capsule picked (a pair's second digit): sweep again if the panel is open."""
-    return sweep_answer(client, ui, screen.answer, transform, digit) if opened else {}
+    return sweep_answer(client, ui, screen.answer, transform, digit) if opened else gr.skip()
 
 
 def slide(ui: TabUI, sweep: sweeps.Sweep | None, value: float) -> dict:
     """The panel at the slider's value: no call, the sweep has every step."""
     if sweep is None:
-        return {}
+        return gr.skip()
     panel = ui.transform
     return {panel.outputs[k]: v for k, v in sweeps.shown(sweep, ui.tab, value).items()}
 
 
 def label_sliders(ui: TabUI, digit: int | None) -> dict:
     """The perturbation sliders named by what each dimension of the chosen capsule does (its card's words)."""
-    if digit is None:
-        return {}
+    if digit is None:  # the capsules cleared
+        return gr.skip()
     labels = sweeps.dimension_labels(ui.tab, int(digit))
     return {slider: gr.Slider(label=label) for slider, label in zip(ui.panel.sliders, labels, strict=True)}
 

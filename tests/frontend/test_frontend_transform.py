@@ -1,6 +1,8 @@
 """The Transform panel (frontend/sweeps.py and its handlers) against the real API: a sweep of the answer's
 own input for the tab's model and its partner, drawn at the slider's value without another call."""
 
+import asyncio
+
 import gradio as gr
 import numpy as np
 import pytest
@@ -117,7 +119,26 @@ def test_the_sliders_say_what_each_dimension_does(uis, tabs):
     labels = [seven[slider].label for slider in ui.panel.sliders]
     assert labels == [f"dim {d}: {words['7'][d]}" for d in range(CAPSULE_DIM)]
     assert labels != [three[slider].label for slider in ui.panel.sliders]
-    assert label_sliders(ui, None) == {}
+    assert label_sliders(ui, None) == gr.skip()
+
+
+def gradio_takes(answer, outputs: int) -> None:
+    """Gradio's own check of what an event function with `outputs` outputs returned (an empty dict, for one,
+    is a missing value: a traceback in the demo's log)."""
+    with gr.Blocks() as blocks:
+        event = gr.Button().click(lambda: answer, None, [gr.Number() for _ in range(outputs)])
+    asyncio.run(blocks.postprocess_data(blocks.fns[event["id"]], answer, None))
+
+
+def test_nothing_to_say_is_an_answer_gradio_takes(client, uis):
+    """No capsule chosen, no sweep yet, the panel closed: each handler says nothing in a form that Gradio
+    takes for every one of its outputs."""
+    ui = uis["mnist"]
+    gradio_takes(label_sliders(ui, None), len(ui.panel.sliders))
+    gradio_takes(slide(ui, None, 0.0), len(ui.transform.outputs))
+    gradio_takes(choose_sweep(client, ui, Screen(), False, "rotate", 7), len(ui.transform.outputs))
+    with pytest.raises(ValueError, match="enough output values"):
+        gradio_takes({}, 2)
 
 
 def test_a_pairs_second_digit_can_be_followed(client, uis):
@@ -128,7 +149,7 @@ def test_a_pairs_second_digit_can_be_followed(client, uis):
     second = int(answer["objects"][1]["digit"])
     screen = Screen(DRAWING)
     gated(lambda: {ui.status: "", ANSWER: answer}, DRAWING)(screen)
-    assert choose_sweep(client, ui, screen, False, "rotate", second) == {}
+    assert choose_sweep(client, ui, screen, False, "rotate", second) == gr.skip()
     drawn = choose_sweep(client, ui, screen, True, "rotate", second)
     sweep = drawn[ui.transform.sweep]
     assert sweep.followed == second and [m for m, _ in sweep.answers] == ["multimnist"]
