@@ -38,17 +38,6 @@ def make_board(path: Path) -> Path:
     return path
 
 
-def alive(pid: int) -> bool:
-    """Whether a process with this pid exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
-
-
 class Board:
     """This worker's slot on the board at path, claimed under a lock: the first one free or left by a
     worker that is gone (the supervisor's replacement for a dead worker takes its slot). Its counts are
@@ -60,7 +49,7 @@ class Board:
             self._map = mmap.mmap(fd, SLOTS * _SLOT.itemsize)
             self._slots = np.frombuffer(self._map, _SLOT)
             fcntl.lockf(fd, fcntl.LOCK_EX)
-            gone = [i for i, pid in enumerate(self._slots["pid"]) if pid != 0 and not alive(int(pid))]
+            gone = [i for i, pid in enumerate(self._slots["pid"]) if pid != 0 and not Path(f"/proc/{pid}").exists()]
             self._slots[gone] = (0, 0, 0.0)  # a worker that died holding requests holds none now
             free = np.flatnonzero(self._slots["pid"] == 0)
             if not free.size:
