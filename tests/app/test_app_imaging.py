@@ -426,6 +426,19 @@ def test_stroke_width_is_the_exact_medial_axis_median():
         ink[:, 0] |= rng.random(shape[0]) > 0.5
         x = ink.astype(np.float32)
         assert stroke_width(x) == _stroke_width_by_scipy(x)
+    # a digit's ink in part of its picture (stroke_width transforms the ink's box and the ring around
+    # it), the box anywhere from the middle to a corner, its sides on the picture's edges or one px in
+    for _ in range(60):
+        shape = tuple(int(n) for n in rng.integers(20, 100, 2))
+        height, width = (int(rng.integers(4, side + 1)) for side in shape)
+        top, left = int(rng.integers(0, shape[0] - height + 1)), int(rng.integers(0, shape[1] - width + 1))
+        top, left = int(rng.choice([top, 0, 1, shape[0] - height])), int(rng.choice([left, 0, 1, shape[1] - width]))
+        ink = np.zeros(shape, bool)
+        ink[top : top + height, left : left + width] = ndimage.binary_dilation(
+            rng.random((height, width)) > 0.97, iterations=int(rng.integers(1, 4))
+        )
+        x = ink.astype(np.float32)
+        assert stroke_width(x) == _stroke_width_by_scipy(x)
     assert stroke_width(np.zeros((9, 9), np.float32)) == 0.0
 
 
