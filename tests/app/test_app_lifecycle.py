@@ -4,6 +4,7 @@ import logging
 import subprocess
 import sys
 
+import cv2
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -46,6 +47,14 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
         "precision": engines["mnist"].precision,
         "models": ["mnist", "multimnist"],
     }
+
+
+def test_the_lifespan_keeps_opencv_on_one_thread(settings):
+    """The preprocessing's pictures are prepared on the thread that holds them: a second OpenCV thread
+    waits for a core that another worker, ONNX Runtime or the event loop holds."""
+    cv2.setNumThreads(2)
+    with TestClient(create_app(settings.model_copy(update={"models": ["mnist"]}))):
+        assert cv2.getNumThreads() == 1
 
 
 @pytest.mark.parametrize("explicit", [True, False])
