@@ -11,6 +11,9 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   session.run alone  the session of a request alone on the server (app/cores.py: every core), where
                    there are several cores
   render           the full JSON answer (two PNGs, orjson)
+  render ?include= the answer of ?include= (the input's PNG, orjson)
+  app layers       GET /health through the app in process: its middleware (request id, body limit,
+                   Prometheus), routing and a response; /predict's dependencies come on top
 The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_bench's no-op route
 costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type.
 Writes benchmarks/results/cpu_profile.json and .md. Not a test.
@@ -74,6 +77,40 @@ def multipart_ms(body: bytes) -> float:
         loop.close()
 
 
+def app_layers_ms(settings) -> float:
+    """GET /health through create_app(settings) in process, as uvicorn hands a request over."""
+    from app.main import create_app
+
+    app = create_app(settings)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/health",
+        "raw_path": b"/health",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8000),
+    }
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        if message["type"] == "http.response.start" and message["status"] != 200:
+            raise RuntimeError(f"GET /health answered {message['status']}")
+
+    loop = asyncio.new_event_loop()
+    try:
+        return median_ms(lambda: loop.run_until_complete(app({**scope, "state": {}}, receive, send)))
+    finally:
+        loop.close()
+
+
 def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, float]:
     """ms per run by op type, from ONNX Runtime's profiler, at batch 1."""
     import onnxruntime as ort
@@ -102,7 +139,10 @@ def profile() -> dict:
     from app import cores, imaging
     from app.answer import render_prediction
     from app.engine import Engine
+    from app.main import one_thread_for_pictures
     from app.settings import Settings
+
+    one_thread_for_pictures()  # as the server's lifespan sets them
 
     settings = Settings(log_level="warning")
     with tempfile.TemporaryDirectory() as tmp:  # a board, so that the engine has its wide session (it stays mapped)
@@ -122,6 +162,8 @@ def profile() -> dict:
         "decode+prepare": median_ms(lambda: imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")),
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
         "render": median_ms(lambda: render_prediction(outputs, prepared, include, engine)),
+        "render ?include=": median_ms(lambda: render_prediction(outputs, prepared, set(), engine)),
+        "app layers": app_layers_ms(settings),
     }
     if (wide := engine.capsnet_wide) is not None:
         stages["session.run alone"] = median_ms(lambda: wide.run(engine.output_names, {contract.IMAGE: x}))
