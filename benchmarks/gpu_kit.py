@@ -1,0 +1,172 @@
+"""What a lent GPU machine lacks to serve /predict on CUDA and measure it, packed in loads that its calls carry.
+
+The GPU machine has Python 3.12, PyTorch with CUDA's libraries, numpy, SciPy, OpenCV and Pillow, and
+reaches no registry; it lacks onnxruntime-gpu (256 MB), FastAPI and the rest of the `serve` extra, and
+`hey`. `pack` downloads those wheels here at the versions this venv runs (the ones the tests pass on),
+adds `hey` and the served MNIST model, and cuts the lot (one tar) into loads of at most
+LOAD_MIB, each a folder of the working tree that one call carries.
+
+$ python -m benchmarks.gpu_kit pack                # here: gpu-kit/load-1 ... load-N, with their sizes
+  each call there, carry ["gpu-kit/load-K"]:
+$ python3 -m benchmarks.gpu_kit gather             # keeps the carried part in KIT (it outlives the call)
+  once every part is there:
+$ python3 -m benchmarks.gpu_kit install && export PYTHONPATH=KIT/site PATH=KIT/bin:$PATH
+  joins and checks the parts, installs the wheels into KIT/site, puts the model back in models/mnist
+  and says which providers onnxruntime offers; then serve_bench as anywhere (docs/training/campaign.md).
+"""
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from model import contract
+
+REPO = Path(__file__).resolve().parents[1]
+PACKED = REPO / "gpu-kit"  # gitignored
+KIT = Path("/tmp/capsnet-gpu-kit")  # on the GPU machine: where the parts gather, and the install
+LOAD_MIB = 56  # a call carries 64 MiB with the working tree (the models moved aside: about 5 MiB)
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+# In the GPU machine's image already (the device library's KINDS.md), and large: its own versions serve
+THERE = {"numpy", "scipy", "opencv-python-headless", "pillow", "protobuf", "uvloop", "pyyaml"}
+# the served MNIST model: CUDA runs its fp32 graphs, serve_bench's template the int8 one
+MODEL_FILES = (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD, contract.CAPSNET_INT8_ONNX)
+MANIFEST = "manifest.json"
+
+
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def serve_requirements() -> list[str]:
+    """The `serve` extra of pyproject.toml, each pinned to the version installed here."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pinned = []
+    for requirement in map(Requirement, extras["serve"]):
+        extra = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+        pinned.append(f"{requirement.name}{extra}=={importlib.metadata.version(requirement.name)}")
+    return pinned
+
+
+def download_wheels(dest: Path, python: str) -> list[Path]:
+    """The `serve` extra and what it needs, as wheels for CPython `python` on x86-64 Linux, at the versions
+    installed here (their dependencies too, where installed), less THERE."""
+    constraints = dest / "constraints.txt"
+    installed = {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(installed.items())))
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    wanted = ["--implementation", "cp", "--python-version", python, *platforms, "-c", str(constraints)]
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", *wanted, "-d", str(dest)]
+    subprocess.run([*pip, *serve_requirements()], check=True)
+    constraints.unlink()
+    wheels = sorted(dest.glob("*.whl"))
+    for wheel in wheels:
+        if canonical(wheel.name.split("-")[0]) in THERE:
+            wheel.unlink()
+    return sorted(dest.glob("*.whl"))
+
+
+def pack(out: Path = PACKED, python: str = "3.12", load_mib: float = LOAD_MIB) -> list[Path]:
+    """Wheels, hey and the model in one tar, cut into loads out/load-K/part-K of at most load_mib MiB, each
+    with the manifest (the tar's sha256 and its number of parts). Returns the loads."""
+    hey = shutil.which("hey")
+    if hey is None:
+        sys.exit("the kit carries the load generator hey: apt-get install hey")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = download_wheels(Path(tmp), python)
+        tar_path = Path(tmp) / "kit.tar"
+        with tarfile.open(tar_path, "w") as tar:
+            for wheel in wheels:
+                tar.add(wheel, f"wheels/{wheel.name}")
+            tar.add(hey, "bin/hey")
+            for name in MODEL_FILES:
+                tar.add(contract.SHIPPED["mnist"] / name, f"models/mnist/{name}")
+        data = tar_path.read_bytes()
+    size = int(load_mib * 2**20)
+    parts = [data[i : i + size] for i in range(0, len(data), size)]
+    manifest = {"sha256": hashlib.sha256(data).hexdigest(), "parts": len(parts), "wheels": [w.name for w in wheels]}
+    loads = []
+    for k, part in enumerate(parts, start=1):
+        load = out / f"load-{k}"
+        load.mkdir()
+        (load / f"part-{k}").write_bytes(part)
+        (load / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        loads.append(load)
+    return loads
+
+
+def gather(packed: Path = PACKED, kit: Path = KIT) -> list[int]:
+    """Copy the parts carried in this call (packed/load-K) into kit; returns the parts kit holds."""
+    kit.mkdir(parents=True, exist_ok=True)
+    for load in sorted(packed.glob("load-*")):
+        for item in load.iterdir():
+            shutil.copyfile(item, kit / item.name)
+    return sorted(int(p.name.split("-")[1]) for p in kit.glob("part-*"))
+
+
+def install(kit: Path = KIT, repo: Path = REPO) -> list[str]:
+    """Join kit's parts (every one must be there, their sha256 the manifest's), install the wheels into
+    kit/site and hey into kit/bin, and copy the model into repo's models/mnist. Returns onnxruntime's
+    providers as kit/site's onnxruntime offers them."""
+    manifest = json.loads((kit / MANIFEST).read_text())
+    missing = [k for k in range(1, manifest["parts"] + 1) if not (kit / f"part-{k}").is_file()]
+    if missing:
+        raise SystemExit(f"parts {missing} of {manifest['parts']} are not in {kit}: gather the loads that carry them")
+    data = b"".join((kit / f"part-{k}").read_bytes() for k in range(1, manifest["parts"] + 1))
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+        raise SystemExit(f"the parts in {kit} do not join into the packed kit (sha256 differs): pack and carry again")
+    tar_path = kit / "kit.tar"
+    tar_path.write_bytes(data)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(kit, filter="data")
+    tar_path.unlink()
+    wheels = sorted(str(p) for p in (kit / "wheels").glob("*.whl"))
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
+    subprocess.run([*pip, "--target", str(kit / "site"), *wheels], check=True)
+    (kit / "bin" / "hey").chmod(0o755)
+    model = repo / "models" / "mnist"
+    model.mkdir(parents=True, exist_ok=True)
+    for name in MODEL_FILES:
+        shutil.copyfile(kit / "models" / "mnist" / name, model / name)
+    probe = "import onnxruntime, fastapi, uvicorn; print(','.join(onnxruntime.get_available_providers()))"
+    env = {**os.environ, "PYTHONPATH": str(kit / "site")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    return out.stdout.strip().split(",")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_kit", description=__doc__.splitlines()[0])
+    step = p.add_subparsers(dest="step", required=True)
+    packing = step.add_parser("pack", help="here: download, pack and cut the kit into gpu-kit/load-K")
+    packing.add_argument("--python", default="3.12", help="the GPU machine's Python (its wheels' tag)")
+    packing.add_argument("--load-mib", type=float, default=LOAD_MIB)
+    step.add_parser("gather", help="there: keep the parts this call carried in " + str(KIT))
+    step.add_parser("install", help="there, once every part is gathered: install into " + str(KIT / "site"))
+    args = p.parse_args(argv)
+    if args.step == "pack":
+        for load in pack(python=args.python, load_mib=args.load_mib):
+            print(f"{load.relative_to(REPO)}: {sum(f.stat().st_size for f in load.iterdir()) / 2**20:.1f} MiB")
+    elif args.step == "gather":
+        parts = gather()
+        total = json.loads((KIT / MANIFEST).read_text())["parts"]
+        print(f"{KIT} holds parts {parts} of {total}")
+    else:
+        providers = install()
+        print(f"installed in {KIT / 'site'}; onnxruntime offers {providers}")
+        print(f"export PYTHONPATH={KIT / 'site'} PATH={KIT / 'bin'}:$PATH")
+
+
+if __name__ == "__main__":
+    main()
