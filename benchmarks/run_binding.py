@@ -1,0 +1,164 @@
+"""The served graph's session.run three ways, by batch: plain, with I/O binding, and replayed as a CUDA graph.
+
+$ python -m benchmarks.run_binding                       # CUDA where onnxruntime-gpu has a device, else CPU
+$ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 --runs 20 --out r.json
+
+  run        session.run with numpy in and out, as app/engine.py runs it
+  binding    I/O binding: the input bound from numpy, the outputs bound on the provider's device and
+             copied back to numpy after the run (the host needs them to write the answer)
+  cuda graph (CUDA only) the provider's enable_cuda_graph: input and outputs bound to fixed device
+             buffers, the first run captured and every later one replayed; the input copied in place
+             and the outputs copied back each run. ONNX Runtime refuses it when a node of the graph runs
+             on the CPU: the reason is reported instead of a time.
+Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
+warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS). Writes
+benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.
+"""
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from app.engine import PROVIDER_OPTIONS, cuda_devices
+from benchmarks.report import write_report
+from model import contract
+from tests.harness import machine
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+NAMES = list(contract.CAPSNET_OUTPUTS)
+
+
+def session(graph: Path, provider: str, cuda_graph: bool = False) -> ort.InferenceSession:
+    options = dict(PROVIDER_OPTIONS.get(provider, {}))
+    if cuda_graph:
+        options["enable_cuda_graph"] = "1"
+    quiet = ort.SessionOptions()
+    quiet.log_severity_level = 3  # as app/engine.py: the optimiser's warnings about CastLike
+    return ort.InferenceSession(str(graph), quiet, providers=[(provider, options)] if options else [provider])
+
+
+def median_ms(step: Callable[[], list[np.ndarray]], runs: int) -> tuple[float, list[np.ndarray]]:
+    outputs = step()
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return round(1000 * float(np.median(times)), 3), outputs
+
+
+def device_of(provider: str) -> str:
+    return "cuda" if provider == "CUDAExecutionProvider" else "cpu"
+
+
+def plain(sess: ort.InferenceSession, x: np.ndarray) -> Callable[[], list[np.ndarray]]:
+    return lambda: sess.run(NAMES, {contract.IMAGE: x})
+
+
+def binding(sess: ort.InferenceSession, x: np.ndarray, device: str) -> Callable[[], list[np.ndarray]]:
+    io = sess.io_binding()
+
+    def step() -> list[np.ndarray]:
+        io.bind_cpu_input(contract.IMAGE, x)
+        for name in NAMES:
+            io.bind_output(name, device)
+        sess.run_with_iobinding(io)
+        return io.copy_outputs_to_cpu()
+
+    return step
+
+
+def cuda_graph(graph: Path, x: np.ndarray, like: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
+    """A session of its own (a captured graph has one shape) on fixed device buffers shaped as plain run's
+    outputs `like`; the first call captures the graph."""
+    sess = session(graph, "CUDAExecutionProvider", cuda_graph=True)
+    x_on = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    outs = [ort.OrtValue.ortvalue_from_shape_and_type(y.shape, y.dtype.type, "cuda", 0) for y in like]
+    io = sess.io_binding()
+    io.bind_ortvalue_input(contract.IMAGE, x_on)
+    for name, out in zip(NAMES, outs, strict=True):
+        io.bind_ortvalue_output(name, out)
+
+    def step() -> list[np.ndarray]:
+        x_on.update_inplace(x)
+        sess.run_with_iobinding(io)
+        return io.copy_outputs_to_cpu()
+
+    return step
+
+
+def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[dict]:
+    rows = []
+    base = session(graph, provider)
+    rng = np.random.default_rng(0)
+    for batch in batches:
+        x = rng.random((batch, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
+        ms, expected = median_ms(plain(base, x), runs)
+        rows.append({"batch": batch, "variant": "run", "p50_ms": ms, "max_abs_diff": 0.0})
+        variants = {"binding": partial(binding, base, x, device_of(provider))}
+        if provider == "CUDAExecutionProvider":
+            variants["cuda graph"] = partial(cuda_graph, graph, x, expected)
+        for variant, make in variants.items():
+            try:
+                ms, got = median_ms(make(), runs)
+            except Exception as exc:  # ONNX Runtime's refusal is the finding
+                rows.append({"batch": batch, "variant": variant, "p50_ms": None, "error": " ".join(str(exc).split())})
+                continue
+            diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))
+            rows.append({"batch": batch, "variant": variant, "p50_ms": ms, "max_abs_diff": diff})
+    return rows
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"# session.run, I/O binding and CUDA graphs ({report['device']}, {report['provider']})",
+        "",
+        f"{report['when']}; {report['graph']}, median of {report['runs']} runs after warm-up.",
+        "",
+        "| batch | variant | p50 ms | max abs diff from run |",
+        "|---:|---|---:|---:|",
+    ]
+    for row in report["rows"]:
+        figure = row["p50_ms"] if row["p50_ms"] is not None else f"refused: {row['error'][:160]}"
+        lines.append(f"| {row['batch']} | {row['variant']} | {figure} | {row.get('max_abs_diff', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run_binding", description=__doc__.splitlines()[0])
+    p.add_argument("--provider", help="default: CUDAExecutionProvider where a device is, else CPUExecutionProvider")
+    p.add_argument("--model-dir", type=Path, default=contract.SHIPPED["mnist"])
+    p.add_argument("--batches", default="1,64", help="comma list")
+    p.add_argument("--runs", type=int, default=300)
+    p.add_argument("--out", type=Path, default=RESULTS / "run_binding.json", help="the JSON (and its .md beside it)")
+    args = p.parse_args(argv)
+    on_cuda = "CUDAExecutionProvider" in ort.get_available_providers() and cuda_devices() > 0
+    provider = args.provider or ("CUDAExecutionProvider" if on_cuda else "CPUExecutionProvider")
+    if provider == "CUDAExecutionProvider" and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    graph = args.model_dir / contract.CAPSNET_ONNX  # fp32: the graph a GPU serves
+    used = session(graph, provider).get_providers()[0]
+    if used != provider:
+        sys.exit(f"{provider} cannot start here (onnxruntime fell back to {used})")
+    report = {
+        "device": machine(),
+        "provider": provider,
+        "graph": f"{args.model_dir.name}/{graph.name}",
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "runs": args.runs,
+        "rows": measure(graph, provider, [int(b) for b in args.batches.split(",")], args.runs),
+    }
+    write_report(args.out, report, markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
