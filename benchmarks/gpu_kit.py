@@ -109,8 +109,11 @@ def pack(out: Path = PACKED, python: str = "3.12", load_mib: float = LOAD_MIB) -
 
 def gather(packed: Path = PACKED, kit: Path = KIT) -> list[int]:
     """Copy the parts carried in this call (packed/load-K) into kit; returns the parts kit holds."""
+    loads = sorted(packed.glob("load-*"))
+    if not loads:
+        raise SystemExit(f"no load is in {packed}: name one (gpu-kit/load-K) in the call's carry")
     kit.mkdir(parents=True, exist_ok=True)
-    for load in sorted(packed.glob("load-*")):
+    for load in loads:
         for item in load.iterdir():
             shutil.copyfile(item, kit / item.name)
     return sorted(int(p.name.split("-")[1]) for p in kit.glob("part-*"))
@@ -120,6 +123,8 @@ def install(kit: Path = KIT, repo: Path = REPO) -> list[str]:
     """Join kit's parts (every one must be there, their sha256 the manifest's), install the wheels into
     kit/site and hey into kit/bin, and copy the model into repo's models/mnist. Returns onnxruntime's
     providers as kit/site's onnxruntime offers them."""
+    if not (kit / MANIFEST).is_file():
+        raise SystemExit(f"nothing is gathered in {kit}: gather the loads first, a call each")
     manifest = json.loads((kit / MANIFEST).read_text())
     missing = [k for k in range(1, manifest["parts"] + 1) if not (kit / f"part-{k}").is_file()]
     if missing:

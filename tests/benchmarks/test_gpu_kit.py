@@ -66,6 +66,10 @@ def test_loads_carried_one_a_call_install_the_kit(packed, tmp_path):
 
 def test_a_missing_or_damaged_part_is_named_before_anything_installs(packed, tmp_path):
     kit = tmp_path / "kit"
+    with pytest.raises(SystemExit, match="no load is in"):
+        gpu_kit.gather(tmp_path / "empty", kit)
+    with pytest.raises(SystemExit, match="nothing is gathered in"):
+        gpu_kit.install(kit, tmp_path / "repo")
     for load in packed[:-1]:
         gpu_kit.gather(carry(load, tmp_path / "call"), kit)
     last = len(packed)
