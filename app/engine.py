@@ -195,9 +195,10 @@ class Engine:
         """A session of the graph `filename` on the settings' threads, or on `wide` threads that spin within
         a run and stop at its end (a lone request's, app/cores.py)."""
         options = ort.SessionOptions()
-        # ONNX Runtime's warnings while it loads a graph are about its own rewriting (it cannot constant-fold
-        # the exporter's CastLike nodes, which it inlines later), nothing a user can act on: at debug only
-        options.log_severity_level = 2 if self.settings.log_level == "debug" else 3
+        # On the CPU, ONNX Runtime's warnings while it loads a graph are about its own rewriting (it cannot
+        # constant-fold the exporter's CastLike nodes, which it inlines later), nothing a user can act on: at
+        # debug only. On a GPU they also say which nodes run on the CPU, and they stay.
+        options.log_severity_level = 3 if self._on_cpu and self.settings.log_level != "debug" else 2
         options.intra_op_num_threads = wide or self.settings.session_threads
         spinning = bool(wide) or self.settings.intra_op_spinning
         options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))

@@ -32,8 +32,8 @@ with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
 
 def one_thread_for_pictures() -> None:
     """numpy's BLAS and OpenCV on one thread, as a request's preparation runs: its matrices and pictures
-    are small, and a second thread waits for a core that another worker, ONNX Runtime or the event loop
-    holds (preparing a 28x28 digit: 0.46-0.51 ms with OpenCV on one thread, 0.54-0.55 on two, 2 cores)."""
+    are small, so handing parts of them to a second thread costs more than it saves, and that thread waits
+    for a core that another worker, ONNX Runtime or the event loop holds."""
     threadpool_limits(1, user_api="blas")
     cv2.setNumThreads(1)
 

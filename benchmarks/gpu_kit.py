@@ -2,9 +2,9 @@
 
 The GPU machine has Python 3.12, PyTorch with CUDA's libraries, numpy, SciPy, OpenCV and Pillow, and
 reaches no registry; it lacks onnxruntime-gpu (256 MB), FastAPI and the rest of the `serve` extra, and
-`hey`. `pack` downloads those wheels here at the versions this venv runs (the ones the tests pass on),
-adds `hey` and the served MNIST model, and cuts the lot (one tar) into loads of at most
-LOAD_MIB, each a folder of the working tree that one call carries.
+`hey`. `pack` downloads those wheels here at the versions this venv runs (the ones the tests pass on;
+numpy, SciPy, OpenCV and Pillow are the machine's own), adds `hey` and the served MNIST model, and cuts
+the lot (one tar) into loads of at most LOAD_MIB, each a folder of the working tree that one call carries.
 
 $ python -m benchmarks.gpu_kit pack                # here: gpu-kit/load-1 ... load-N, with their sizes
   each call there, carry ["gpu-kit/load-K"]:
@@ -12,12 +12,14 @@ $ python3 -m benchmarks.gpu_kit gather             # keeps the carried part in K
   once every part is there:
 $ python3 -m benchmarks.gpu_kit install && export PYTHONPATH=KIT/site PATH=KIT/bin:$PATH
   joins and checks the parts, installs the wheels into KIT/site, puts the model back in models/mnist
-  and says which providers onnxruntime offers; then serve_bench as anywhere (docs/training/campaign.md).
+  and opens it as the engine would, stopping unless CUDA runs it; then serve_bench as anywhere
+  (docs/training/campaign.md).
 """
 
 import argparse
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -37,7 +39,7 @@ PACKED = REPO / "gpu-kit"  # gitignored
 KIT = Path("/tmp/capsnet-gpu-kit")  # on the GPU machine: where the parts gather, and the install
 LOAD_MIB = 56  # a call carries 64 MiB with the working tree (the models moved aside: about 5 MiB)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-# In the GPU machine's image already (the device library's KINDS.md), and large: its own versions serve
+# In the GPU machine's image already (as its provider lists it), and large: its own versions serve
 THERE = {"numpy", "scipy", "opencv-python-headless", "pillow", "protobuf", "uvloop", "pyyaml"}
 # the served MNIST model: CUDA runs its fp32 graphs, serve_bench's template the int8 one
 MODEL_FILES = (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD, contract.CAPSNET_INT8_ONNX)
@@ -119,10 +121,20 @@ def gather(packed: Path = PACKED, kit: Path = KIT) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in kit.glob("part-*"))
 
 
-def install(kit: Path = KIT, repo: Path = REPO) -> list[str]:
+def link_cuda_libraries(site: Path) -> None:
+    """onnxruntime-gpu loads CUDA's and cuDNN's libraries from the `nvidia` packages beside it
+    (onnxruntime.preload_dlls): the machine's, PyTorch's, are linked into site."""
+    spec = importlib.util.find_spec("nvidia")
+    found = [Path(p) for p in (spec.submodule_search_locations or []) if site not in Path(p).parents] if spec else []
+    if found and not (site / "nvidia").exists():
+        (site / "nvidia").symlink_to(found[0], target_is_directory=True)
+
+
+def install(kit: Path = KIT, repo: Path = REPO) -> str:
     """Join kit's parts (every one must be there, their sha256 the manifest's), install the wheels into
-    kit/site and hey into kit/bin, and copy the model into repo's models/mnist. Returns onnxruntime's
-    providers as kit/site's onnxruntime offers them."""
+    kit/site and hey into kit/bin, and copy the model into repo's models/mnist. Returns the provider that
+    runs the model when the engine's provider choice (CUDA where a device is) opens it with kit/site's
+    onnxruntime."""
     if not (kit / MANIFEST).is_file():
         raise SystemExit(f"nothing is gathered in {kit}: gather the loads first, a call each")
     manifest = json.loads((kit / MANIFEST).read_text())
@@ -145,10 +157,16 @@ def install(kit: Path = KIT, repo: Path = REPO) -> list[str]:
     model.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
         shutil.copyfile(kit / "models" / "mnist" / name, model / name)
-    probe = "import onnxruntime, fastapi, uvicorn; print(','.join(onnxruntime.get_available_providers()))"
+    link_cuda_libraries(kit / "site")
+    probe = (
+        "import sys, onnxruntime as ort, fastapi, uvicorn; from app.engine import select_providers; "
+        "providers = select_providers(['CUDAExecutionProvider', 'CPUExecutionProvider']); "
+        "print(ort.InferenceSession(sys.argv[1], providers=providers).get_providers()[0])"
+    )
     env = {**os.environ, "PYTHONPATH": str(kit / "site")}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
-    return out.stdout.strip().split(",")
+    command = [sys.executable, "-c", probe, str(model / contract.CAPSNET_ONNX)]
+    out = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO, check=True)
+    return out.stdout.strip().splitlines()[-1]
 
 
 def main(argv=None) -> None:
@@ -168,8 +186,10 @@ def main(argv=None) -> None:
         total = json.loads((KIT / MANIFEST).read_text())["parts"]
         print(f"{KIT} holds parts {parts} of {total}")
     else:
-        providers = install()
-        print(f"installed in {KIT / 'site'}; onnxruntime offers {providers}")
+        provider = install()
+        if provider != "CUDAExecutionProvider":
+            sys.exit(f"installed in {KIT / 'site'}, but the model runs on {provider}, not CUDA: see the lines above")
+        print(f"installed in {KIT / 'site'}; the model runs on {provider}")
         print(f"export PYTHONPATH={KIT / 'site'} PATH={KIT / 'bin'}:$PATH")
 
 

@@ -7,9 +7,9 @@ $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 -
   binding    I/O binding: the input bound from numpy, the outputs bound on the provider's device and
              copied back to numpy after the run (the host needs them to write the answer)
   cuda graph (CUDA only) the provider's enable_cuda_graph: input and outputs bound to fixed device
-             buffers, the first run captured and every later one replayed; the input copied in place
-             and the outputs copied back each run. ONNX Runtime refuses it when a node of the graph runs
-             on the CPU: the reason is reported instead of a time.
+             buffers, the graph captured after ONNX Runtime's first runs and replayed from then on; the
+             input copied in place and the outputs copied back each run. ONNX Runtime refuses it when a
+             node of the graph runs on the CPU: the reason is reported instead of a time.
 Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
 warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS). Writes
 benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.

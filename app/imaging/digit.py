@@ -56,9 +56,7 @@ def stroke_width(ink: np.ndarray) -> float:
     # whole numbers, equal roots), and the maxima to their float64 roots, scipy's
     distance = np.sqrt(np.rint(distance * distance))
     radii = distance[(distance > 0) & (distance >= cv2.dilate(distance, SQUARE3))]  # 3x3 local maxima
-    radii = np.sqrt(np.rint(np.square(radii, dtype=np.float64)))
-    if not radii.size:
-        return 0.0
+    radii = np.sqrt(np.rint(np.square(radii, dtype=np.float64)))  # never empty: the farthest ink is a maximum
     k = radii.size // 2  # twice the median, by one partial sort (np.median's bookkeeping costs more)
     if radii.size % 2:
         return 2.0 * float(np.partition(radii, k)[k])

@@ -432,7 +432,8 @@ def test_stroke_width_is_the_exact_medial_axis_median():
         shape = tuple(int(n) for n in rng.integers(20, 100, 2))
         height, width = (int(rng.integers(4, side + 1)) for side in shape)
         top, left = int(rng.integers(0, shape[0] - height + 1)), int(rng.integers(0, shape[1] - width + 1))
-        top, left = int(rng.choice([top, 0, 1, shape[0] - height])), int(rng.choice([left, 0, 1, shape[1] - width]))
+        top = int(rng.choice([top, 0, min(1, shape[0] - height), shape[0] - height]))
+        left = int(rng.choice([left, 0, min(1, shape[1] - width), shape[1] - width]))
         ink = np.zeros(shape, bool)
         ink[top : top + height, left : left + width] = ndimage.binary_dilation(
             rng.random((height, width)) > 0.97, iterations=int(rng.integers(1, 4))

@@ -88,9 +88,9 @@ def start_up_output(settings: str) -> str:
 
 
 def test_start_up_without_a_gpu_prints_no_error_or_warning_line():
-    """onnxruntime's CUDA loader used to print about ten red ERROR lines before falling back, and its graph
-    optimiser a yellow warning for each CastLike node of an fp32 graph it could not fold (36 lines for
-    every model in two workers); with CAPSNET_LOG_LEVEL=debug its warnings show."""
+    """Without a GPU, onnxruntime's CUDA loader has nothing to say (CUDA is not asked for), and on the CPU
+    its graph optimiser's warnings (one for each CastLike node of an fp32 graph it cannot fold) show only
+    with CAPSNET_LOG_LEVEL=debug."""
     if engine_module.cuda_devices():
         pytest.skip("this host has a CUDA device")
     output = start_up_output("Settings(intra_op_threads=1)")

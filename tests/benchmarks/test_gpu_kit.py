@@ -56,8 +56,7 @@ def test_loads_carried_one_a_call_install_the_kit(packed, tmp_path):
     for k, load in enumerate(packed, start=1):
         assert gpu_kit.gather(carry(load, tmp_path / "call"), kit) == list(range(1, k + 1))
     repo = tmp_path / "repo"
-    providers = gpu_kit.install(kit, repo)
-    assert "CPUExecutionProvider" in providers
+    assert gpu_kit.install(kit, repo) == "CPUExecutionProvider"  # no CUDA device here: as the engine falls back
     assert (kit / "site" / "kitdemo" / "__init__.py").read_text() == "ANSWER = 42\n"
     assert (kit / "bin" / "hey").stat().st_mode & 0o111
     for name in gpu_kit.MODEL_FILES:
@@ -90,3 +89,18 @@ def test_the_kit_wants_the_serve_extra_at_the_versions_tested_here(packed):
     assert all("==" in r for r in pinned)
     manifest = json.loads((packed[0] / gpu_kit.MANIFEST).read_text())
     assert manifest["parts"] == len(packed) and manifest["wheels"] == ["kitdemo-1.0-py3-none-any.whl"]
+
+
+def test_the_machines_cuda_libraries_are_linked_beside_the_kits_onnxruntime(tmp_path, monkeypatch):
+    """onnxruntime.preload_dlls looks for CUDA and cuDNN in the `nvidia` packages beside onnxruntime: the
+    machine's (PyTorch's) are linked into the kit's site, once."""
+    machine = tmp_path / "machine-site"
+    (machine / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(machine))
+    site = tmp_path / "kit" / "site"
+    site.mkdir(parents=True)
+    gpu_kit.link_cuda_libraries(site)
+    gpu_kit.link_cuda_libraries(site)  # a second install keeps the link
+    assert (site / "nvidia").resolve() == (machine / "nvidia").resolve() and (
+        site / "nvidia" / "cudnn" / "lib"
+    ).is_dir()
