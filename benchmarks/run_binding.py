@@ -26,6 +26,7 @@ import numpy as np
 import onnxruntime as ort
 
 from app.engine import PROVIDER_OPTIONS, cuda_devices
+from benchmarks.cpu_profile import median_ms
 from benchmarks.report import write_report
 from model import contract
 from tests.harness import machine
@@ -43,16 +44,12 @@ def session(graph: Path, provider: str, cuda_graph: bool = False) -> ort.Inferen
     return ort.InferenceSession(str(graph), quiet, providers=[(provider, options)] if options else [provider])
 
 
-def median_ms(step: Callable[[], list[np.ndarray]], runs: int) -> tuple[float, list[np.ndarray]]:
+def timed(step: Callable[[], list[np.ndarray]], runs: int) -> tuple[float, list[np.ndarray]]:
+    """The median ms of `runs` calls of step after warm-up (a CUDA graph is captured there), and its outputs."""
     outputs = step()
     for _ in range(3):
         step()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return round(1000 * float(np.median(times)), 3), outputs
+    return median_ms(step, runs), outputs
 
 
 def device_of(provider: str) -> str:
@@ -101,14 +98,14 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
     rng = np.random.default_rng(0)
     for batch in batches:
         x = rng.random((batch, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
-        ms, expected = median_ms(plain(base, x), runs)
+        ms, expected = timed(plain(base, x), runs)
         rows.append({"batch": batch, "variant": "run", "p50_ms": ms, "max_abs_diff": 0.0})
         variants = {"binding": partial(binding, base, x, device_of(provider))}
         if provider == "CUDAExecutionProvider":
             variants["cuda graph"] = partial(cuda_graph, graph, x, expected)
         for variant, make in variants.items():
             try:
-                ms, got = median_ms(make(), runs)
+                ms, got = timed(make(), runs)
             except Exception as exc:  # ONNX Runtime's refusal is the finding
                 rows.append({"batch": batch, "variant": variant, "p50_ms": None, "error": " ".join(str(exc).split())})
                 continue
