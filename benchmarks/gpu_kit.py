@@ -31,6 +31,7 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from model import contract
 
@@ -44,10 +45,6 @@ THERE = {"numpy", "scipy", "opencv-python-headless", "pillow", "protobuf", "uvlo
 # the served MNIST model: CUDA runs its fp32 graphs, serve_bench's template the int8 one
 MODEL_FILES = (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD, contract.CAPSNET_INT8_ONNX)
 MANIFEST = "manifest.json"
-
-
-def canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def serve_requirements() -> list[str]:
@@ -64,7 +61,7 @@ def download_wheels(dest: Path, python: str) -> list[Path]:
     """The `serve` extra and what it needs, as wheels for CPython `python` on x86-64 Linux, at the versions
     installed here (their dependencies too, where installed), less THERE."""
     constraints = dest / "constraints.txt"
-    installed = {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
     constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(installed.items())))
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     wanted = ["--implementation", "cp", "--python-version", python, *platforms, "-c", str(constraints)]
@@ -73,7 +70,7 @@ def download_wheels(dest: Path, python: str) -> list[Path]:
     constraints.unlink()
     wheels = sorted(dest.glob("*.whl"))
     for wheel in wheels:
-        if canonical(wheel.name.split("-")[0]) in THERE:
+        if canonicalize_name(wheel.name.split("-")[0]) in THERE:
             wheel.unlink()
     return sorted(dest.glob("*.whl"))
 

@@ -132,7 +132,9 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
     settings = Settings(models=["mnist", "fashion-mnist"], workers=2, providers=["CPUExecutionProvider"])
     app = create_app(settings)
     with TestClient(app) as client:
+        deadline = time.monotonic() + 120
         while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/ready").json()
             time.sleep(0.1)
         engines = app.state.engines
         assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
