@@ -80,6 +80,11 @@ class DynamicBatcher:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def native_id(self) -> int | None:
+        """The batching thread's id in the kernel, once started."""
+        return self._thread.native_id
+
     def close(self, timeout: float = 10.0) -> None:
         if self._thread.ident is None:  # never started
             return

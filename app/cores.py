@@ -8,7 +8,9 @@ small file that the parent makes and every worker maps (app/middleware.py's Boar
 worker about to run a single image for its only request, while every other worker has held no request
 for QUIET_S, runs it on its wide session (app/engine.py: the default model's, every available core). Under
 load the others are rarely quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py
-measures both).
+measures both). While a worker serves alone, its event loop's thread and its batchers' threads also stay
+on one core of its own (Home): a lone request is handed from one to the other and back, and each hand-over
+wakes a thread, which is cheaper on the core the waker leaves idle than on another.
 """
 
 import contextlib
@@ -90,3 +92,41 @@ def this_worker() -> Board | None:
     except (OSError, RuntimeError) as exc:
         log.warning("the workers' board %s cannot be used (%s): a lone request runs on this worker's share", path, exc)
         return None
+
+
+class Home:
+    """This worker's serving threads (its event loop's and its batchers', `keep`) on one core, its home,
+    while it serves a request alone on the server; under load, every thread of the worker on every core
+    it may use.
+
+    A lone request crosses between those threads twice: to the batching thread and, answered, back to
+    the event loop; each time one thread wakes the other. Waking a thread on another core that sleeps
+    costs an interrupt between cores, which a virtual machine's hypervisor delivers, where on the same
+    core it is a switch from the thread that goes on to wait (benchmarks/cpu_profile.py measures both).
+    Under load the threads rarely wait, and the loop and the batcher of a worker each want a core, so
+    they are let go. The lone run's second thread (the wide session's, ONNX Runtime's own) was started
+    before and stays free to take the other core. Homes follow the board's slots, so two workers have
+    different homes while there are cores enough.
+    """
+
+    def __init__(self, slot: int):
+        self.cores = frozenset(os.sched_getaffinity(0))
+        ordered = sorted(self.cores)
+        self.home = frozenset({ordered[slot % len(ordered)]})
+        self.threads: tuple[int, ...] = ()
+        self.pinned = False
+
+    def keep(self, threads: list[int]) -> None:
+        """The native ids of the threads that carry a request: the event loop's and the batchers'."""
+        self.threads = tuple(threads)
+
+    def settle(self, alone: bool) -> None:
+        """Pin the kept threads to the home core when the worker serves alone, else let every thread of the
+        worker (those started while pinned, which inherit the home, included) run on every core again."""
+        if alone == self.pinned or len(self.cores) < 2 or not self.threads:
+            return
+        threads = self.threads if alone else [int(tid) for tid in os.listdir("/proc/self/task")]
+        for tid in threads:
+            with contextlib.suppress(ProcessLookupError):  # a thread that has ended meanwhile
+                os.sched_setaffinity(tid, self.home if alone else self.cores)
+        self.pinned = alone

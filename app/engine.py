@@ -343,6 +343,10 @@ class Engine:
             self.state = "warming up"
             self._warmer.start()
 
+    def thread_ids(self) -> list[int]:
+        """The kernel's ids of the started batchers' threads, where this engine's runs happen."""
+        return [b.native_id for b in self._batchers if b.native_id is not None]
+
     def _warm_up_logged(self) -> None:
         try:
             self.warm_up()
@@ -413,6 +417,10 @@ class Engines:
     def start(self) -> None:
         for engine in self:
             engine.start()
+
+    def thread_ids(self) -> list[int]:
+        """The kernel's ids of every started batcher's thread."""
+        return [tid for engine in self for tid in engine.thread_ids()]
 
     def close(self) -> None:
         for engine in self.engines.values():

@@ -4,6 +4,7 @@ $ python -m app                       # uvicorn on CAPSNET_HOST:CAPSNET_PORT (12
 $ curl -F file=@digit.png localhost:8000/predict
 """
 
+import threading
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,7 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from threadpoolctl import threadpool_limits
 
 from app import VERSION
-from app.cores import this_worker
+from app.cores import Home, this_worker
 from app.engine import Engines
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
@@ -45,6 +46,8 @@ async def lifespan(app: FastAPI):
     # as a test client's) loads its own
     engines, app.state.preloaded = app.state.preloaded or Engines(app.state.settings, app.state.metrics), None
     engines.start()  # warms up in the background unless already warm; GET /ready says when done
+    if (home := app.state.home) is not None:  # the threads a request crosses: this event loop's, the batchers'
+        home.keep([threading.get_native_id(), *engines.thread_ids()])
     app.state.engines = engines
     try:
         yield
@@ -71,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     warms every model up before serving), else it loads them and warms them up in the background."""
     settings = settings or get_settings()
     app = FastAPI(title="CapsNet service", version=VERSION, description=DESCRIPTION, lifespan=lifespan)
-    app.state.settings, app.state.preloaded = settings, None
+    app.state.settings, app.state.preloaded, app.state.home = settings, None, None
     app.state.metrics = setup_metrics(app)
     register_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
@@ -85,7 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             expose_headers=[REQUEST_ID],
         )
     if (board := this_worker()) is not None:  # several workers: a lone request may take every core
-        app.add_middleware(BoardMiddleware, board=board)  # outermost: every request counts
+        app.state.home = Home(board.slot)
+        app.add_middleware(BoardMiddleware, board=board, home=app.state.home)  # outermost: every request counts
     for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document

@@ -11,7 +11,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.cores import Board
+from app.cores import Board, Home
 from app.http_protocol import CUT_OFF
 
 log = logging.getLogger(__name__)
@@ -101,13 +101,15 @@ class BodyLimitMiddleware:
 
 class BoardMiddleware:
     """Counts this worker's HTTP requests in flight on the workers' board (app/cores.py), from the moment
-    uvicorn hands one over (its head read) until its answer is sent."""
+    uvicorn hands one over (its head read) until its answer is sent, and as each begins keeps the worker's
+    serving threads on its home core while it is alone on the server (Home), on every core otherwise."""
 
-    def __init__(self, app: ASGIApp, board: Board):
-        self.app, self.board = app, board
+    def __init__(self, app: ASGIApp, board: Board, home: Home):
+        self.app, self.board, self.home = app, board, home
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         with self.board.request():
+            self.home.settle(self.board.alone())
             await self.app(scope, receive, send)

@@ -2,9 +2,11 @@
 while another worker holds a request or held one within QUIET_S, not while its own worker holds another;
 a dead worker's slot is taken over and its requests forgotten; the engine and the app use it."""
 
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -147,3 +149,82 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
         assert lone_runs(client) - before == 3
         board = cores.this_worker()
         assert board is not None and board._requests[board.slot] == 0  # every request counted out
+
+
+def affinity(tid: int) -> set[int]:
+    return set(os.sched_getaffinity(tid))
+
+
+@pytest.fixture
+def two_or_more_cores():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: a worker's threads have no other core to leave")
+
+
+def test_homes_differ_between_slots(two_or_more_cores):
+    here, there = cores.Home(0), cores.Home(1)
+    assert len(here.home) == len(there.home) == 1 and here.home != there.home
+    assert here.home <= here.cores and cores.Home(len(here.cores)).home == here.home  # more workers than cores
+
+
+def test_home_pins_the_kept_threads_when_alone_and_lets_every_thread_go_under_load(two_or_more_cores):
+    every = affinity(0)
+    home = cores.Home(1)
+    stop, started, born = threading.Event(), threading.Event(), []
+
+    def serve():  # a batching thread: waits, and starts a thread of its own while pinned
+        started.wait()
+        child = threading.Thread(target=stop.wait)
+        child.start()
+        born.append(child)
+        stop.wait()
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        home.settle(True)  # nothing kept yet: nothing to pin
+        assert not home.pinned and affinity(server.native_id) == every
+        home.keep([server.native_id])
+        home.settle(True)
+        assert home.pinned and affinity(server.native_id) == set(home.home)
+        assert affinity(0) == every  # a thread not kept stays free
+        started.set()
+        while not born or born[0].native_id is None:
+            time.sleep(0.01)
+        assert affinity(born[0].native_id) == set(home.home)  # started while pinned: inherits the home
+        home.settle(True)  # no change
+        home.settle(False)
+        assert not home.pinned
+        assert affinity(server.native_id) == affinity(born[0].native_id) == every
+    finally:
+        stop.set()
+        server.join()
+        born[0].join()
+
+
+def test_a_lone_request_keeps_the_serving_threads_home_and_load_lets_them_go(board_path, two_cores, two_or_more_cores):
+    """BoardMiddleware settles the worker's threads as each request begins: the event loop's and the batchers'
+    on the home core while the request is alone on the server, on every core once another worker holds one."""
+    settings = Settings(models=["mnist"], workers=2, providers=["CPUExecutionProvider"])
+    app = create_app(settings)
+    every = affinity(0)
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 120
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/ready").json()
+            time.sleep(0.1)
+        home = app.state.home
+        assert len(home.threads) == 1 + 3  # the event loop's, and the batchers' of mnist: capsnet, iterations, decoder
+        assert home.threads[0] != threading.get_native_id()  # the test client's event loop runs on a thread of its own
+
+        def predict():
+            answer = client.post(
+                "/predict?include=", content=multipart(digit_png()), headers={"Content-Type": MULTIPART}
+            )
+            assert answer.status_code == 200
+
+        predict()
+        assert home.pinned and all(affinity(tid) == set(home.home) for tid in home.threads)
+        with cores.Board(board_path).request():  # another worker holds a request
+            predict()
+        assert not home.pinned and all(affinity(tid) == every for tid in home.threads)
