@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.settings import available_cores
+
 log = logging.getLogger(__name__)
 
 BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the parent for its workers (not a setting)
@@ -106,13 +108,16 @@ class Home:
     Under load the threads rarely wait, and the loop and the batcher of a worker each want a core, so
     they are let go. The lone run's second thread (the wide session's, ONNX Runtime's own) was started
     before and stays free to take the other core. Homes follow the board's slots, so two workers have
-    different homes while there are cores enough.
+    different homes while there are cores enough. Nothing is pinned on one core, nor where a CPU quota
+    allows fewer cores than the affinity names (a container's `--cpus` on a larger host): there the kernel
+    chooses among cores that other tenants may be using.
     """
 
     def __init__(self, slot: int):
         self.cores = frozenset(os.sched_getaffinity(0))
         ordered = sorted(self.cores)
         self.home = frozenset({ordered[slot % len(ordered)]})
+        self.pins = len(ordered) > 1 and available_cores() == len(ordered)
         self.threads: tuple[int, ...] = ()
         self.pinned = False
 
@@ -123,7 +128,7 @@ class Home:
     def settle(self, alone: bool) -> None:
         """Pin the kept threads to the home core when the worker serves alone, else let every thread of the
         worker (those started while pinned, which inherit the home, included) run on every core again."""
-        if alone == self.pinned or len(self.cores) < 2 or not self.threads:
+        if alone == self.pinned or not self.pins or not self.threads:
             return
         threads = self.threads if alone else [int(tid) for tid in os.listdir("/proc/self/task")]
         for tid in threads:

@@ -159,6 +159,8 @@ def affinity(tid: int) -> set[int]:
 def two_or_more_cores():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: a worker's threads have no other core to leave")
+    if not cores.Home(0).pins:
+        pytest.skip("a CPU quota below the affinity: Home pins nothing here")
 
 
 def test_homes_differ_between_slots(two_or_more_cores):
@@ -228,3 +230,11 @@ def test_a_lone_request_keeps_the_serving_threads_home_and_load_lets_them_go(boa
         with cores.Board(board_path).request():  # another worker holds a request
             predict()
         assert not home.pinned and all(affinity(tid) == every for tid in home.threads)
+
+
+def test_home_pins_nothing_under_a_cpu_quota_below_the_affinity(two_or_more_cores, monkeypatch):
+    monkeypatch.setattr(cores, "available_cores", lambda: 1)  # `docker run --cpus 1` on this machine's cores
+    home = cores.Home(0)
+    home.keep([threading.get_native_id()])
+    home.settle(True)
+    assert not home.pinned and affinity(0) == set(home.cores)
