@@ -9,7 +9,16 @@ from benchmarks import cpu_profile
 def test_cpu_profile_writes_its_report(tmp_path):
     cpu_profile.main(["--out", str(tmp_path / "profile.json")])
     report = json.loads((tmp_path / "profile.json").read_text())
-    stages = {"multipart", "decode+prepare", "session.run", "render", "render ?include=", "app layers", "batcher hop"}
+    stages = {
+        "multipart",
+        "decode+prepare",
+        "decode+prepare after a run",
+        "session.run",
+        "render",
+        "render ?include=",
+        "app layers",
+        "batcher hop",
+    }
     stages |= {"batcher hop at home"} if len(os.sched_getaffinity(0)) > 1 else set()
     assert set(report["stages_ms"]) == stages | ({"session.run alone"} if report["threads_alone"] else set())
     assert all(ms > 0 for ms in report["stages_ms"].values()) and report["operators_ms"]
