@@ -34,12 +34,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from model import contract
+from training.campaign import site
 
 REPO = Path(__file__).resolve().parents[1]
 PACKED = REPO / "gpu-kit"  # gitignored
 KIT = Path("/tmp/capsnet-gpu-kit")  # on the GPU machine: where the parts gather, and the install
 LOAD_MIB = 56  # a call carries 64 MiB with the working tree (the models moved aside: about 5 MiB)
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # In the GPU machine's image already (as its provider lists it), and large: its own versions serve
 THERE = {"numpy", "scipy", "opencv-python-headless", "pillow", "protobuf", "uvloop", "pyyaml"}
 # the served MNIST model: CUDA runs its fp32 graphs, serve_bench's template the int8 one
@@ -60,22 +60,13 @@ def serve_requirements() -> list[str]:
 def download_wheels(dest: Path, python: str) -> list[Path]:
     """The `serve` extra and what it needs, as wheels for CPython `python` on x86-64 Linux, at the versions
     installed here (their dependencies too, where installed), less THERE."""
-    constraints = dest / "constraints.txt"
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
-    constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(installed.items())))
-    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
-    wanted = ["--implementation", "cp", "--python-version", python, *platforms, "-c", str(constraints)]
-    pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", *wanted, "-d", str(dest)]
-    subprocess.run([*pip, *serve_requirements()], check=True)
-    constraints.unlink()
-    wheels = sorted(dest.glob("*.whl"))
-    for wheel in wheels:
+    for wheel in site.download_wheels(dest, serve_requirements(), python):
         if canonicalize_name(wheel.name.split("-")[0]) in THERE:
             wheel.unlink()
     return sorted(dest.glob("*.whl"))
 
 
-def pack(out: Path = PACKED, python: str = "3.12", load_mib: float = LOAD_MIB) -> list[Path]:
+def pack(out: Path = PACKED, python: str = site.PYTHON, load_mib: float = LOAD_MIB) -> list[Path]:
     """Wheels, hey and the model in one tar, cut into loads out/load-K/part-K of at most load_mib MiB, each
     with the manifest (the tar's sha256 and its number of parts). Returns the loads."""
     hey = shutil.which("hey")

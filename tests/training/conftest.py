@@ -23,6 +23,15 @@ def idx_dir(tmp_path_factory, mnist_fixture):
 
 
 @pytest.fixture(scope="session")
+def data_dirs(idx_dir, tmp_path_factory):
+    """The campaign's data folders: MNIST's idx_dir and the Fashion-MNIST fixture as both 'train' and 'test'."""
+    with np.load(FIXTURES / "fashion_test_200.npz") as f:
+        fashion = f["images"], f["labels"]
+    root = tmp_path_factory.mktemp("fashion")
+    return {"mnist": idx_dir, "fashion-mnist": write_idx_dir(root, {"train": fashion, "test": fashion})}
+
+
+@pytest.fixture(scope="session")
 def few_of_each_class(tmp_path_factory, mnist_fixture) -> dict[str, object]:
     """Data directories of the first 6 test images of each class (60, in file order) of the MNIST and the
     Fashion-MNIST fixtures, as both 'train' and 'test': by dataset name."""

@@ -4,12 +4,10 @@ fixtures with tiny budgets, one run of each kind and model of the plan; and the 
 import json
 import time
 
-import numpy as np
 import pytest
 import torch
 
 from model.capsnet import CapsNet, CapsNetConfig
-from tests.training.conftest import write_idx_dir
 from training import data
 from training.baselines import PairCNN, PaperCNN, num_params
 from training.campaign import collect, ledger, pack, plan
@@ -30,14 +28,6 @@ PREFLIGHT = [
     "fashion",
     "em",
 ]
-
-
-@pytest.fixture(scope="module")
-def data_dirs(idx_dir, tmp_path_factory):
-    with np.load("tests/fixtures/fashion_test_200.npz") as f:
-        fashion = f["images"], f["labels"]
-    root = tmp_path_factory.mktemp("fashion")
-    return {"mnist": idx_dir, "fashion-mnist": write_idx_dir(root, {"train": fashion, "test": fashion})}
 
 
 def test_preflight_runs_the_whole_cycle_on_the_cpu(data_dirs, tmp_path):

@@ -1,6 +1,7 @@
 """python -m training.campaign: the commands of a GPU window (docs/training/campaign.md).
 
-pack DIR               here: data, starting weights and font bank in loads of at most 56 MiB
+pack DIR               here: data, starting weights and font bank in loads of at most 56 MiB, and in the
+                       first the packages the GPU machine lacks (site.py: PYTHONPATH=$PWD/DIR/load-1/site there)
 launch                 there: start the supervisor and return (again: no second one)
 status                 there: one line per run
 collect OUT            there: status, results and best-so-far weights under OUT, any time
@@ -21,7 +22,7 @@ import torch
 
 from model import contract
 from training import data
-from training.campaign import collect, ledger, pack, plan, ship, supervisor
+from training.campaign import collect, ledger, pack, plan, ship, site, supervisor
 
 WORK = Path("campaign/work")
 PACK = Path("campaign/pack")
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     names = args.runs.split(",") if getattr(args, "runs", None) else None
 
     if args.command == "pack":
-        pack.pack(args.dir, data_dirs(args.mnist, args.fashion), names=names)
+        pack.pack(args.dir, data_dirs(args.mnist, args.fashion), names=names, build_site=site.build)
     elif args.command == "launch":
         pid = supervisor.launch(args.pack, args.work, args.minutes, args.slots, args.device, names=names)
         print(f"supervisor {pid}: {args.minutes:g} minutes, {args.slots} at once, on {args.device}; log {args.work}")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from training.campaign import plan, runs
 from training.graphs import model_from_graphs
 
 LOAD_MIB = 56  # per load: 64 MiB a call, less the code and a margin
+SITE = "site"  # in load-1: the packages the GPU machine lacks (site.py); its calls set PYTHONPATH=$PWD/<load-1>/site
 FONT_IMAGES, FONT_VAL_IMAGES = 6000, 1000  # renders in the bank, and held out (training.finetune's)
 MANIFEST = "manifest.json"
 
@@ -91,14 +93,16 @@ def pack(
     names: list[str] | None = None,
     load_mib: float = LOAD_MIB,
     font_images: int = FONT_IMAGES,
+    build_site: Callable[[Path], Path] | None = None,
     log=print,
 ) -> list[Path]:
-    """Write the pack of the plan's runs (or those named) to dest/load-1, load-2, ...; returns the loads."""
+    """Write the pack of the plan's runs (or those named) to dest/load-1, load-2, ...; returns the loads.
+    build_site (site.build): the packages the GPU machine lacks, first in load-1 (none: the CPU's preflight)."""
     specs = plan.by_name(names)
     if dest.exists():
         shutil.rmtree(dest)
     staging = dest / "staging"
-    made: dict[str, Path] = {}
+    made: dict[str, Path] = {SITE: build_site(staging / SITE)} if build_site else {}
     for item in needs(specs):
         target = staging / item
         target.parent.mkdir(parents=True, exist_ok=True)
