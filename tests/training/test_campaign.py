@@ -2,10 +2,12 @@
 fixtures with tiny budgets, one run of each kind and model of the plan; and the parts it relies on."""
 
 import json
+import math
 import time
 
 import pytest
 import torch
+import torch.nn as nn
 
 from model.capsnet import CapsNet, CapsNetConfig
 from training import data
@@ -85,6 +87,17 @@ def test_the_baselines_have_the_papers_parameter_counts():
     assert round(num_params(PairCNN(36)) / 1e6, 2) == 24.56
     logits = torch.tensor([[5.0, 4.0, -3.0] + [-9.0] * 7])
     assert PairCNN.pair_loss(logits, torch.tensor([[0, 1]])) < PairCNN.pair_loss(logits, torch.tensor([[2, 3]]))
+
+
+def test_the_section_5_cnn_starts_as_tensorflow_would():
+    """Glorot-uniform weights, zero biases: with PyTorch's defaults it stays at chance on 40x40 digits."""
+    model = PaperCNN(40)
+    for layer in model.modules():
+        if isinstance(layer, nn.Conv2d | nn.Linear):
+            fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(layer.weight)
+            bound = math.sqrt(6 / (fan_in + fan_out))
+            assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound
+            assert not layer.bias.any()
 
 
 def _config(idx_dir, tmp_path, **kw) -> TrainConfig:
