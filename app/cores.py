@@ -106,11 +106,14 @@ class Home:
     costs an interrupt between cores, which a virtual machine's hypervisor delivers, where on the same
     core it is a switch from the thread that goes on to wait (benchmarks/cpu_profile.py measures both).
     Under load the threads rarely wait, and the loop and the batcher of a worker each want a core, so
-    they are let go. The lone run's second thread (the wide session's, ONNX Runtime's own) was started
-    before and stays free to take the other core. Homes follow the board's slots, so two workers have
-    different homes while there are cores enough. Nothing is pinned on one core, nor where a CPU quota
-    allows fewer cores than the affinity names (a container's `--cpus` on a larger host): there the kernel
-    chooses among cores that other tenants may be using.
+    they are let go. The lone run's other threads (the wide session's, ONNX Runtime's own) were started
+    before and stay free to take the other cores. A thread started while the worker serves alone (a
+    thread-pool thread preparing a large picture) starts on the home core too, and goes back to every core
+    with the others. Homes follow the board's slots, so two workers have different homes while there are
+    cores enough. Nothing is pinned on one core, nor where a CPU quota allows fewer cores than the affinity
+    names (a container's `--cpus` on a larger host): there the kernel chooses among cores that other tenants
+    may be using. Should the kernel refuse an affinity (the cpuset changed under the worker), the worker
+    stops pinning and says so once.
     """
 
     def __init__(self, slot: int):
@@ -131,7 +134,12 @@ class Home:
         if alone == self.pinned or not self.pins or not self.threads:
             return
         threads = self.threads if alone else [int(tid) for tid in os.listdir("/proc/self/task")]
-        for tid in threads:
-            with contextlib.suppress(ProcessLookupError):  # a thread that has ended meanwhile
-                os.sched_setaffinity(tid, self.home if alone else self.cores)
+        try:
+            for tid in threads:
+                with contextlib.suppress(ProcessLookupError):  # a thread that has ended meanwhile
+                    os.sched_setaffinity(tid, self.home if alone else self.cores)
+        except OSError as exc:  # the kernel refuses the cores (the cpuset changed): the kernel's choice from now on
+            log.warning("this worker's threads cannot be moved between cores (%s): it stops pinning them", exc)
+            self.pins = False
+            return
         self.pinned = alone

@@ -11,7 +11,7 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
                    cores' caches holding its own data
   batcher hop      engine.predict (queue, batching thread, future, event loop) minus session.run
   batcher hop at home  the same with the event loop's and the batching thread on one core (app/cores.py's
-                   Home, a worker serving alone), where there are several cores
+                   Home, a worker serving alone), where it pins (several cores, no CPU quota below them)
   session.run      a worker's session at batch 1 (`python -m app`'s default: its share of the cores)
   session.run alone  the session of a request alone on the server (app/cores.py: every core), where
                    there are several cores
@@ -201,8 +201,7 @@ def profile() -> dict:
         return 1000 * float(np.median(times[1:]))
 
     stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)  # not alone: no request
-    if len(os.sched_getaffinity(0)) > 1:
-        home = cores.Home(0)
+    if (home := cores.Home(0)).pins:
         home.keep([threading.get_native_id(), *engine.thread_ids()])  # asyncio.run's loop runs on this thread
         home.settle(True)
         stages["batcher hop at home"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)

@@ -31,7 +31,6 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from model import contract
 from training.campaign import site
@@ -61,7 +60,7 @@ def download_wheels(dest: Path, python: str) -> list[Path]:
     """The `serve` extra and what it needs, as wheels for CPython `python` on x86-64 Linux, at the versions
     installed here (their dependencies too, where installed), less THERE."""
     for wheel in site.download_wheels(dest, serve_requirements(), python):
-        if canonicalize_name(wheel.name.split("-")[0]) in THERE:
+        if site.normalised(wheel.name.split("-")[0]) in THERE:
             wheel.unlink()
     return sorted(dest.glob("*.whl"))
 

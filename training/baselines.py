@@ -52,7 +52,7 @@ class PaperCNN(nn.Module):
             nn.Linear(192, num_classes),
         )
         for layer in self.modules():
-            if isinstance(layer, nn.Conv2d | nn.Linear):
+            if isinstance(layer, nn.Conv2d | nn.Linear) and layer.bias is not None:
                 nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)
 

@@ -115,13 +115,13 @@ def autocast(device: str, precision: str) -> torch.autocast:
 
 def selection(config: TrainConfig, epochs_run: int | None = None) -> str:
     """How a run's kept weights were chosen, in words (fit's rule, the model card's text); epochs_run
-    names a run that its time limit stopped before config.epochs."""
-    stopped = epochs_run is not None and epochs_run < config.epochs
-    ran = (
-        f"{epochs_run} of the {config.epochs} planned epochs (stopped by its {config.time_limit:g} s time limit)"
-        if stopped
-        else f"{config.epochs} epochs"
-    )
+    names a run that its time limit, deadline or stop_at ended before config.epochs."""
+    ran = f"{config.epochs} epochs"
+    if epochs_run is not None and epochs_run < config.epochs:
+        stops = [f"its {config.time_limit:g} s time limit"] if config.time_limit else []
+        stops += ["its GPU window's deadline"] if config.deadline else []
+        stops += [f"reaching {config.stop_at:.1%} validation accuracy"] if config.stop_at else []
+        ran = f"{epochs_run} of the {config.epochs} planned epochs (stopped by {' or '.join(stops) or 'its caller'})"
     if config.val_size:
         return f"the epoch with the best validation accuracy ({config.val_size:,} held-out training images) of {ran}"
     return f"the last of {ran} (no validation split: every training image trained on)"

@@ -238,3 +238,14 @@ def test_home_pins_nothing_under_a_cpu_quota_below_the_affinity(two_or_more_core
     home.keep([threading.get_native_id()])
     home.settle(True)
     assert not home.pinned and affinity(0) == set(home.cores)
+
+
+def test_home_stops_pinning_when_the_kernel_refuses(two_or_more_cores, monkeypatch, caplog):
+    def refuse(tid, cores):
+        raise OSError(22, "Invalid argument")
+
+    home = cores.Home(0)
+    home.keep([threading.get_native_id()])
+    monkeypatch.setattr(cores.os, "sched_setaffinity", refuse)
+    home.settle(True)  # a request is answered all the same
+    assert not home.pins and not home.pinned and "stops pinning" in caplog.text

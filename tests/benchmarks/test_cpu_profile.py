@@ -1,8 +1,8 @@
 """benchmarks.cpu_profile runs and writes its report (a smoke test: the figures come from the full run)."""
 
 import json
-import os
 
+from app import cores
 from benchmarks import cpu_profile
 
 
@@ -19,7 +19,7 @@ def test_cpu_profile_writes_its_report(tmp_path):
         "app layers",
         "batcher hop",
     }
-    stages |= {"batcher hop at home"} if len(os.sched_getaffinity(0)) > 1 else set()
+    stages |= {"batcher hop at home"} if cores.Home(0).pins else set()
     assert set(report["stages_ms"]) == stages | ({"session.run alone"} if report["threads_alone"] else set())
     assert all(ms > 0 for ms in report["stages_ms"].values()) and report["operators_ms"]
     assert "| operator (batch 1) | ms per run |" in (tmp_path / "profile.md").read_text()

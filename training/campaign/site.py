@@ -13,6 +13,7 @@ serving kit's wheels the same way.
 """
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,12 +32,18 @@ MACHINE_MODULES = frozenset(
 CARRIED_MODULES = frozenset({"pydantic", "pydantic_core", "annotated_types", "typing_inspection"})
 
 
+def normalised(name: str) -> str:
+    """A distribution's name as pip compares them (PEP 503), by the standard library alone (this module is
+    imported on the GPU machine): one constraint line per distribution."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def download_wheels(dest: Path, requirements: list[str], python: str = PYTHON) -> list[Path]:
     """requirements and what they need, as wheels for CPython `python` on x86-64 Linux in dest, each at the
     version installed here where it is installed (the versions the tests pass on)."""
     dest.mkdir(parents=True, exist_ok=True)
     constraints = dest / "constraints.txt"
-    installed = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions()}
+    installed = {normalised(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
     constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(installed.items())))
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     wanted = ["--implementation", "cp", "--python-version", python, *platforms, "-c", str(constraints)]
