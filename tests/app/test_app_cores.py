@@ -49,6 +49,14 @@ def lone_runs(client) -> float:
     return float(found.group(1)) if found else 0.0  # none yet: no sample
 
 
+def wait_until_ready(client, seconds: float = 120) -> None:
+    """Until the app's GET /ready answers 200 (its models warmed up in the background), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while client.get("/ready").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/ready").json()
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def two_cores(monkeypatch):
     """Settings see two available cores, whatever this machine has."""
@@ -134,10 +142,7 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
     settings = Settings(models=["mnist", "fashion-mnist"], workers=2, providers=["CPUExecutionProvider"])
     app = create_app(settings)
     with TestClient(app) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/ready").json()
-            time.sleep(0.1)
+        wait_until_ready(client)
         engines = app.state.engines
         assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
         before = lone_runs(client)
@@ -211,10 +216,7 @@ def test_a_lone_request_keeps_the_serving_threads_home_and_load_lets_them_go(boa
     app = create_app(settings)
     every = affinity(0)
     with TestClient(app) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/ready").json()
-            time.sleep(0.1)
+        wait_until_ready(client)
         home = app.state.home
         assert len(home.threads) == 1 + 3  # the event loop's, and the batchers' of mnist: capsnet, iterations, decoder
         assert home.threads[0] != threading.get_native_id()  # the test client's event loop runs on a thread of its own
