@@ -108,13 +108,13 @@ def gather(packed: Path = PACKED, kit: Path = KIT) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in kit.glob("part-*"))
 
 
-def link_cuda_libraries(site: Path) -> None:
+def link_cuda_libraries(target: Path) -> None:
     """onnxruntime-gpu loads CUDA's and cuDNN's libraries from the `nvidia` packages beside it
-    (onnxruntime.preload_dlls): the machine's, PyTorch's, are linked into site."""
+    (onnxruntime.preload_dlls): the machine's, PyTorch's, are linked into target (the kit's site)."""
     spec = importlib.util.find_spec("nvidia")
-    found = [Path(p) for p in (spec.submodule_search_locations or []) if site not in Path(p).parents] if spec else []
-    if found and not (site / "nvidia").exists():
-        (site / "nvidia").symlink_to(found[0], target_is_directory=True)
+    found = [Path(p) for p in (spec.submodule_search_locations or []) if target not in Path(p).parents] if spec else []
+    if found and not (target / "nvidia").exists():
+        (target / "nvidia").symlink_to(found[0], target_is_directory=True)
 
 
 def install(kit: Path = KIT, repo: Path = REPO) -> str:
@@ -160,7 +160,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_kit", description=__doc__.splitlines()[0])
     step = p.add_subparsers(dest="step", required=True)
     packing = step.add_parser("pack", help="here: download, pack and cut the kit into gpu-kit/load-K")
-    packing.add_argument("--python", default="3.12", help="the GPU machine's Python (its wheels' tag)")
+    packing.add_argument("--python", default=site.PYTHON, help="the GPU machine's Python (its wheels' tag)")
     packing.add_argument("--load-mib", type=float, default=LOAD_MIB)
     step.add_parser("gather", help="there: keep the parts this call carried in " + str(KIT))
     step.add_parser("install", help="there, once every part is gathered: install into " + str(KIT / "site"))

@@ -121,7 +121,9 @@ def selection(config: TrainConfig, epochs_run: int | None = None) -> str:
         stops = [f"its {config.time_limit:g} s time limit"] if config.time_limit else []
         stops += ["its GPU window's deadline"] if config.deadline else []
         stops += [f"reaching {config.stop_at:.1%} validation accuracy"] if config.stop_at else []
-        ran = f"{epochs_run} of the {config.epochs} planned epochs (stopped by {' or '.join(stops) or 'its caller'})"
+        ran = f"{epochs_run} of the {config.epochs} planned epochs" + (
+            f" (stopped by {' or '.join(stops)})" if stops else ""
+        )
     if config.val_size:
         return f"the epoch with the best validation accuracy ({config.val_size:,} held-out training images) of {ran}"
     return f"the last of {ran} (no validation split: every training image trained on)"
