@@ -8,8 +8,11 @@ $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 -
              copied back to numpy after the run (the host needs them to write the answer)
   cuda graph (CUDA only) the provider's enable_cuda_graph: input and outputs bound to fixed device
              buffers, the graph captured after ONNX Runtime's first runs and replayed from then on; the
-             input copied in place and the outputs copied back each run. ONNX Runtime refuses it when a
-             node of the graph runs on the CPU: the reason is reported instead of a time.
+             input copied in place and the outputs copied back each run. A captured graph has one shape,
+             so its session fixes the batch axis (contract.BATCH) to the batch's size: ONNX Runtime then
+             folds the graph's shape arithmetic (Shape, ConstantOfShape) into constants, work its CUDA
+             provider would otherwise place on the CPU. ONNX Runtime refuses the capture when a node of
+             the graph still runs on the CPU: the reason is reported instead of a time.
 Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
 warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS). Writes
 benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.
@@ -35,13 +38,16 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAMES = list(contract.CAPSNET_OUTPUTS)
 
 
-def session(graph: Path, provider: str, cuda_graph: bool = False) -> ort.InferenceSession:
+def session(graph: Path, provider: str, batch: int | None = None, cuda_graph: bool = False) -> ort.InferenceSession:
+    """A session of graph on provider (the service's options); `batch`: its batch axis fixed to that size."""
     options = dict(PROVIDER_OPTIONS.get(provider, {}))
     if cuda_graph:
         options["enable_cuda_graph"] = "1"
-    quiet = ort.SessionOptions()
-    quiet.log_severity_level = 3  # as app/engine.py: the optimiser's warnings about CastLike
-    return ort.InferenceSession(str(graph), quiet, providers=[(provider, options)] if options else [provider])
+    settings = ort.SessionOptions()
+    settings.log_severity_level = 3  # as app/engine.py: the optimiser's warnings about CastLike
+    if batch is not None:
+        settings.add_free_dimension_override_by_name(contract.BATCH, batch)
+    return ort.InferenceSession(str(graph), settings, providers=[(provider, options)] if options else [provider])
 
 
 def timed(step: Callable[[], list[np.ndarray]], runs: int) -> tuple[float, list[np.ndarray]]:
@@ -74,9 +80,9 @@ def binding(sess: ort.InferenceSession, x: np.ndarray, device: str) -> Callable[
 
 
 def cuda_graph(graph: Path, x: np.ndarray, like: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
-    """A session of its own (a captured graph has one shape) on fixed device buffers shaped as plain run's
-    outputs `like`; the first call captures the graph."""
-    sess = session(graph, "CUDAExecutionProvider", cuda_graph=True)
+    """A session of its own, its batch axis fixed to x's (a captured graph has one shape), on fixed device
+    buffers shaped as plain run's outputs `like`; the first call captures the graph."""
+    sess = session(graph, "CUDAExecutionProvider", len(x), cuda_graph=True)
     x_on = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
     outs = [ort.OrtValue.ortvalue_from_shape_and_type(y.shape, y.dtype.type, "cuda", 0) for y in like]
     io = sess.io_binding()

@@ -2,7 +2,10 @@
 
 import json
 
+import numpy as np
+
 from benchmarks import run_binding
+from model import contract
 
 
 def test_run_binding_writes_its_report(tmp_path):
@@ -14,3 +17,18 @@ def test_run_binding_writes_its_report(tmp_path):
     assert set(rows) == {(b, v) for b in (1, 3) for v in ("run", "binding")}  # no CUDA graph without CUDA
     assert all(row["p50_ms"] > 0 and row["max_abs_diff"] == 0.0 for row in rows.values())
     assert "| 3 | binding |" in (tmp_path / "r.md").read_text()
+
+
+def test_a_session_for_cuda_graphs_has_its_batch_fixed_and_the_same_outputs():
+    """The CUDA-graph variant's session fixes the batch axis (what lets ONNX Runtime fold the shape
+    arithmetic it would run on the CPU); the outputs must not change."""
+    graph = contract.SHIPPED["mnist"] / contract.CAPSNET_ONNX
+    x = np.random.default_rng(0).random((2, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
+    free, fixed = (
+        run_binding.session(graph, "CPUExecutionProvider"),
+        run_binding.session(graph, "CPUExecutionProvider", 2),
+    )
+    assert free.get_outputs()[0].shape == [contract.BATCH, contract.NUM_CLASSES]
+    assert fixed.get_outputs()[0].shape == [2, contract.NUM_CLASSES]
+    for a, b in zip(run_binding.plain(free, x)(), run_binding.plain(fixed, x)(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)  # the same kernels; folding may reorder a float sum
