@@ -32,3 +32,23 @@ def test_a_session_for_cuda_graphs_has_its_batch_fixed_and_the_same_outputs():
     assert fixed.get_outputs()[0].shape == [2, contract.NUM_CLASSES]
     for a, b in zip(run_binding.plain(free, x)(), run_binding.plain(fixed, x)(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)  # the same kernels; folding may reorder a float sum
+
+
+def test_fixing_the_batch_folds_the_shape_arithmetic(tmp_path):
+    """What the CUDA-graph session's fixed batch is for: ONNX Runtime's optimiser (its basic level, which
+    runs before a provider takes the nodes) folds Shape and ConstantOfShape only when the batch is fixed."""
+    import onnx
+    import onnxruntime as ort
+
+    def ops(batch: int | None) -> set[str]:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(tmp_path / f"{batch}.onnx")
+        if batch is not None:
+            options.add_free_dimension_override_by_name(contract.BATCH, batch)
+        ort.InferenceSession(str(contract.SHIPPED["mnist"] / contract.CAPSNET_ONNX), options)
+        return {node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node}
+
+    assert {"Shape", "ConstantOfShape"} <= ops(None)
+    assert not {"Shape", "ConstantOfShape"} & ops(1)
