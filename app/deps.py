@@ -21,7 +21,7 @@ async def get_engines(request: Request) -> Engines:
 
 
 async def get_engine(
-    engines: Annotated[Engines, Depends(get_engines)],
+    request: Request,
     model: Annotated[
         str | None,
         Query(
@@ -31,6 +31,7 @@ async def get_engine(
         ),
     ] = None,
 ) -> Engine:
+    engines: Engines = request.app.state.engines  # not Depends(get_engines): a level FastAPI solves per request
     name = engines.default if model is None else model
     if name not in engines.names:
         raise HTTPException(

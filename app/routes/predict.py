@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from app import answer
-from app.deps import EngineDep, SettingsDep, parse_include
+from app.deps import EngineDep, parse_include
 from app.image_request import IMAGE_BODY, IMAGE_ERRORS, read_image_bytes
 from app.schemas import (
     INCLUDE_DEFAULT,
@@ -31,7 +31,6 @@ router = APIRouter(tags=["model"])
 async def predict(
     request: Request,
     engine: EngineDep,
-    settings: SettingsDep,
     include: Annotated[
         str | None,
         Query(
@@ -54,5 +53,5 @@ async def predict(
             f"this code do; its routing is {engine.spec.routing.kind}); leave {ITERATIONS} out of include",
         )
     data = await read_image_bytes(request)
-    body = await answer.predict(data, preprocess, parts, engine, settings.max_pixels)
+    body = await answer.predict(data, preprocess, parts, engine, engine.settings.max_pixels)
     return Response(body, media_type="application/json")

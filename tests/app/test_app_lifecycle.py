@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from app import engine as engine_module
 from app import settings as settings_module
-from app.deps import get_engines
 from app.engine import Engine, Engines
 from app.main import create_app
 from app.settings import Settings
@@ -27,8 +26,8 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
     """/ready waits for every configured model; /models and ?model= say each one's readiness."""
     engines = Engines(settings.model_copy(update={"models": ["mnist", "multimnist"]}))  # loaded, not warmed up
     app = create_app(settings)
-    app.dependency_overrides[get_engines] = lambda: engines
-    client = TestClient(app)  # no lifespan: the override is the engines
+    app.state.engines = engines
+    client = TestClient(app)  # no lifespan: these engines are the app's
     r = client.get("/ready")
     assert r.status_code == 503 and "mnist: loaded, not warmed up" in r.json()["detail"]
     assert client.get("/health").status_code == 200

@@ -6,7 +6,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.couplings import coupling_changes, routing_maps
-from app.deps import get_engines
 from app.engine import Engines
 from app.main import create_app
 from model import contract
@@ -103,8 +102,8 @@ def test_a_model_whose_graph_has_no_iterations_says_so(settings, digits, tmp_pat
         engines.warm_up()
         engines.start()
         app = create_app(settings)
-        app.dependency_overrides[get_engines] = lambda: engines
-        client = TestClient(app)  # no lifespan: the override is the engines
+        app.state.engines = engines
+        client = TestClient(app)  # no lifespan: these engines are the app's
         assert set(post_png(client, digits[0][0], model="older").json()["routing"]) == ROUTING_FIELDS
         r = post_png(client, digits[0][0], model="older", include="routing,iterations")
         assert r.status_code == 422
