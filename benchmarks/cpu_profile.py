@@ -4,7 +4,7 @@ $ python -m benchmarks.cpu_profile                      # the graph the service 
 $ CAPSNET_PRECISION=fp32 python -m benchmarks.cpu_profile --out benchmarks/results/cpu_profile_fp32.json
 
 Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test digit, multipart):
-  multipart        Starlette parsing the body (what serve_bench's no-op route does)
+  multipart        reading the image from the multipart body (app/image_request.py; serve_bench's no-op)
   decode+prepare   imaging.decode and imaging.preprocess (crop, fit, centre)
   decode+prepare after a run  the same, each time right after a run of the model at batch 1 (a lone
                    request's session), as one client's requests follow each other: the run leaves the
@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
@@ -56,9 +55,10 @@ def median_ms(fn, repeats: int = REPEATS) -> float:
 
 
 def multipart_ms(body: bytes) -> float:
-    """Starlette's multipart parsing of a request carrying `body` as the file field."""
-    from starlette.datastructures import UploadFile
+    """The routes' reading of a request carrying `body` as the multipart file field (app/image_request.py)."""
     from starlette.requests import Request
+
+    from app.image_request import read_image_bytes
 
     payload = multipart(body)
     scope = {
@@ -73,8 +73,7 @@ def multipart_ms(body: bytes) -> float:
         async def receive():
             return {"type": "http.request", "body": payload, "more_body": False}
 
-        async with Request(scope, receive).form() as form:
-            await cast(UploadFile, form["file"]).read()  # the body multipart() made: a file
+        await read_image_bytes(Request(scope, receive))
 
     loop = asyncio.new_event_loop()
     try:

@@ -33,7 +33,6 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
@@ -76,8 +75,8 @@ def serve(max_batch: int, cores: set[int]) -> None:
     route, under uvicorn."""
     import uvicorn
     from fastapi import Request
-    from starlette.datastructures import UploadFile
 
+    from app.image_request import read_image_bytes
     from app.main import create_app
     from app.settings import Settings
 
@@ -89,8 +88,7 @@ def serve(max_batch: int, cores: set[int]) -> None:
 
     @app.post(NOOP, include_in_schema=False)
     async def noop(request: Request) -> dict:
-        async with request.form() as form:
-            await cast(UploadFile, form["file"]).read()  # the body multipart() made: a file
+        await read_image_bytes(request)  # the route's own reading of the body
         return {"prediction": 0}
 
     @app.get(BARE, include_in_schema=False)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from app.deps import get_engine
 from model import contract
-from tests.harness import encode
+from tests.harness import MULTIPART, encode, multipart
 
 MB = 1024 * 1024
 DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink
@@ -67,6 +67,22 @@ CASES = [
     ("no file field", "POST", "/predict", {"files": {"image": ("d.png", PNG, "image/png")}}, {}),
     ("file as a text field", "POST", "/predict", {"data": {"file": "hello"}, "files": {"other": ("x", b"x")}}, {}),
     ("two files", "POST", "/predict", {"files": [("file", ("a.png", PNG)), ("file", ("b.png", PNG))]}, {}),
+    ("a file beside `file`", "POST", "/predict", {"files": [("other", ("a.png", PNG)), ("file", ("b.png", PNG))]}, {}),
+    ("17 fields beside `file`", "POST", "/predict", {"data": {f"f{i}": "x" for i in range(17)}, **upload(PNG)}, {}),
+    (
+        "multipart cut short",
+        "POST",
+        "/predict",
+        {"content": multipart(PNG)[:-20], "headers": {"content-type": MULTIPART}},
+        {},
+    ),
+    (
+        "multipart of garbage",
+        "POST",
+        "/predict",
+        {"content": b"\x00" * 100, "headers": {"content-type": MULTIPART}},
+        {},
+    ),
     (
         "multipart without boundary",
         "POST",
@@ -242,6 +258,15 @@ def test_statuses_say_what_kind_of_mistake(client):
     assert status("20 MB body") == status("20 MB chunked body") == 413
     assert status("decompression bomb over our limit") == status("decompression bomb over Pillow's limit") == 413
     assert status("text/plain body") == 415
+    malformed = (
+        "multipart without boundary",
+        "multipart cut short",
+        "multipart of garbage",
+        "17 fields beside `file`",
+        "two files",
+    )
+    assert {status(name) for name in (*malformed, "a file beside `file`")} == {400}
+    assert status("no file field") == status("file as a text field") == 422
     assert status("text file") == status("blank white canvas") == status("NaN in capsule") == 422
     r = client.post("/predict", files={"file": ("d.png", bigger(), "image/png")})
     assert "no ink" in r.json()["detail"]

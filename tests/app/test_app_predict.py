@@ -15,7 +15,7 @@ from app.answer import doubts
 from app.couplings import routing_maps
 from app.imaging import from_base64
 from model import contract
-from tests.harness import encode
+from tests.harness import MULTIPART, encode, multipart
 
 FULL = {
     "prediction",
@@ -129,6 +129,20 @@ def test_json_and_multipart_agree(client, digits):
         assert other["prediction"] == multipart["prediction"] and other["input"] == multipart["input"]
         np.testing.assert_allclose(other["probabilities"], multipart["probabilities"], atol=1e-5)
         np.testing.assert_allclose(other["routing"]["coefficients"], multipart["routing"]["coefficients"], atol=1e-5)
+
+
+def test_the_file_is_read_however_the_body_arrives(client, digits):
+    """The `file` beside other fields, before and after it, and a body streamed in pieces that split its
+    boundaries: the same image as a plain upload."""
+    data = encode(digits[0][2])
+    plain = client.post("/predict?include=", files={"file": ("d.png", data, "image/png")}).json()
+    fields = {f"f{i}": "x" * i for i in range(16)}
+    beside = client.post("/predict?include=", data=fields, files={"file": ("d.png", data, "image/png")}).json()
+    body = multipart(data)
+    pieces = (body[i : i + 7] for i in range(0, len(body), 7))  # an iterator: sent chunked, 7 bytes a chunk
+    streamed = client.post("/predict?include=", content=pieces, headers={"content-type": MULTIPART}).json()
+    assert plain["input"] == beside["input"] == streamed["input"]
+    assert plain["prediction"] == beside["prediction"] == streamed["prediction"]
 
 
 def test_reconstruct_matches_the_predicted_reconstruction(client, digits):
