@@ -1,8 +1,8 @@
 """The image a request carries, as /predict and /explain take it: a multipart `file` field or JSON
 `{"image": base64}`; the OpenAPI request body that says so and the errors such a route can answer.
 
-A multipart body is parsed as it streams in by `multipart`'s push parser, which reads a small upload
-about ten times faster than Starlette's form parser (python-multipart's, byte by byte in Python):
+A multipart body is parsed as it streams in by `multipart`'s push parser, which reads a small upload in
+about a third of the time of Starlette's form parser (python-multipart's, byte by byte in Python):
 benchmarks/cpu_profile.py times both.
 """
 

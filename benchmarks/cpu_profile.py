@@ -5,6 +5,8 @@ $ CAPSNET_PRECISION=fp32 python -m benchmarks.cpu_profile --out benchmarks/resul
 
 Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test digit, multipart):
   multipart        reading the image from the multipart body (app/image_request.py; serve_bench's no-op)
+  multipart, Starlette's parser  the same read by Starlette's form parser (python-multipart), as a usual
+                   FastAPI route reads an upload (the template's)
   decode+prepare   imaging.decode and imaging.preprocess (crop, fit, centre)
   decode+prepare after a run  the same, each time right after a run of the model at batch 1 (a lone
                    request's session), as one client's requests follow each other: the run leaves the
@@ -33,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -54,8 +57,10 @@ def median_ms(fn, repeats: int = REPEATS) -> float:
     return round(1000 * float(np.median(times)), 3)
 
 
-def multipart_ms(body: bytes) -> float:
-    """The routes' reading of a request carrying `body` as the multipart file field (app/image_request.py)."""
+def multipart_ms(body: bytes, starlette: bool = False) -> float:
+    """The routes' reading of a request carrying `body` as the multipart file field (app/image_request.py);
+    starlette: Starlette's form parser instead (python-multipart's), the usual FastAPI route's."""
+    from starlette.datastructures import UploadFile
     from starlette.requests import Request
 
     from app.image_request import read_image_bytes
@@ -73,7 +78,10 @@ def multipart_ms(body: bytes) -> float:
         async def receive():
             return {"type": "http.request", "body": payload, "more_body": False}
 
-        await read_image_bytes(Request(scope, receive))
+        if not starlette:
+            return await read_image_bytes(Request(scope, receive))
+        async with Request(scope, receive).form() as form:
+            return await cast(UploadFile, form["file"]).read()
 
     loop = asyncio.new_event_loop()
     try:
@@ -179,6 +187,7 @@ def profile() -> dict:
     include = {"capsules", "reconstruction", "routing"}
     stages = {
         "multipart": multipart_ms(body),
+        "multipart, Starlette's parser": multipart_ms(body, starlette=True),
         "decode+prepare": median_ms(prepare),
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
         "render": median_ms(lambda: render_prediction(outputs, prepared, include, engine)),

@@ -11,6 +11,7 @@ def test_cpu_profile_writes_its_report(tmp_path):
     report = json.loads((tmp_path / "profile.json").read_text())
     stages = {
         "multipart",
+        "multipart, Starlette's parser",
         "decode+prepare",
         "decode+prepare after a run",
         "session.run",
