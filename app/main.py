@@ -18,7 +18,7 @@ from app.cores import Home, this_worker
 from app.engine import Engines
 from app.errors import register_error_handlers
 from app.metrics import setup_metrics
-from app.middleware import REQUEST_ID, BoardMiddleware, BodyLimitMiddleware, RequestIdMiddleware
+from app.middleware import REQUEST_ID, BoardMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware
 from app.routes import explain, health, inference_protocol, models, predict, reconstruct
 from app.settings import Settings, get_settings
 
@@ -75,8 +75,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(title="CapsNet service", version=VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.preloaded, app.state.home = settings, None, None
-    app.state.metrics = setup_metrics(app)
+    http_metrics, app.state.metrics = setup_metrics(app)
     register_error_handlers(app)
+    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     if settings.cors_origins:

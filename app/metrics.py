@@ -1,4 +1,5 @@
-"""Prometheus metrics: HTTP metrics from prometheus-fastapi-instrumentator plus the engine's own.
+"""Prometheus metrics: every HTTP request's count and duration by route (HttpMetrics, which
+app/middleware.py's HttpMetricsMiddleware records) and the engine's own (EngineMetrics), at GET /metrics.
 
 Each app gets its own CollectorRegistry, so several apps (tests, the benchmark) can live in one
 process without "duplicated timeseries" errors. With several workers (CAPSNET_WORKERS, app/workers.py)
@@ -7,13 +8,15 @@ PROMETHEUS_MULTIPROC_DIR and GET /metrics, answered by any worker, adds up every
 (the process, platform and GC collectors are then left out, as prometheus_client does there).
 """
 
+import os
+
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_fastapi_instrumentator import Instrumentator
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -61,16 +64,45 @@ class EngineMetrics:
         )
 
 
-def setup_metrics(app: FastAPI) -> EngineMetrics:
-    """Instrument the app's HTTP handlers, expose GET /metrics and return the engine's metrics."""
+class HttpMetrics:
+    """Every HTTP request (but GET /metrics) counted by method, status class (2xx...) and the template of the
+    route that took it (`none` for a path no route has), and its duration from the app's first middleware
+    to its answer sent, by method and route."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.requests = Counter(
+            "http_requests_total", "HTTP requests", ["method", "status", "handler"], registry=registry
+        )
+        self.duration = Histogram(
+            "http_request_duration_seconds",
+            "HTTP requests' durations in the app",
+            ["method", "handler"],
+            buckets=SECONDS_BUCKETS,
+            registry=registry,
+        )
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The text format of the app's metrics; with several workers, every worker's files added up."""
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+    return generate_latest(registry)
+
+
+def setup_metrics(app: FastAPI) -> tuple[HttpMetrics, EngineMetrics]:
+    """The app's metrics in a registry of its own, exposed at GET /metrics."""
     registry = CollectorRegistry()
     for collector in (ProcessCollector, PlatformCollector, GCCollector):
         collector(registry=registry)
-    Instrumentator(registry=registry, excluded_handlers=["/metrics"]).instrument(app).expose(
-        app,
-        include_in_schema=True,
+
+    @app.get(
+        "/metrics",
         tags=["health"],
         response_class=PlainTextResponse,
         summary="Prometheus metrics (text format): HTTP, batch sizes, inference time",
     )
-    return EngineMetrics(registry)
+    def metrics() -> PlainTextResponse:  # a plain def: the thread pool reads every worker's files
+        return PlainTextResponse(exposition(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return HttpMetrics(registry), EngineMetrics(registry)

@@ -1,8 +1,9 @@
 """Pure ASGI middleware: request ids with a last-resort 500 (a client gone is one line), a streaming
-body-size limit, and the count of a worker's requests on the workers' board."""
+body-size limit, the HTTP metrics, and the count of a worker's requests on the workers' board."""
 
 import logging
 import re
+import time
 import uuid
 
 from fastapi import HTTPException
@@ -13,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.cores import Board, Home
 from app.http_protocol import CUT_OFF
+from app.metrics import HttpMetrics
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +115,32 @@ class BoardMiddleware:
         with self.board.request():
             self.home.settle(self.board.alone())
             await self.app(scope, receive, send)
+
+
+class HttpMetricsMiddleware:
+    """Records every HTTP request in HttpMetrics: the route Starlette matched (`scope["route"]`, set as the
+    request is routed; no route: `none`), the status of the answer (5xx when an error left none) and the
+    time until the app returned. GET /metrics itself is left out."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            handler = getattr(scope.get("route"), "path", "none")
+            if handler != "/metrics":
+                method = scope["method"]
+                self.metrics.requests.labels(method, f"{status // 100}xx", handler).inc()
+                self.metrics.duration.labels(method, handler).observe(time.perf_counter() - start)

@@ -164,10 +164,38 @@ def test_32_concurrent_requests_share_batches(app, client, engine, digits, monke
         np.testing.assert_allclose(r.json()["probabilities"], single["probabilities"], atol=1e-5)
 
 
-def test_metrics_expose_inference_time_and_http(client):
+def test_metrics_expose_inference_time_and_http(client, digits):
+    client.post("/predict", files={"file": ("d.png", encode(digits[0][0]), "image/png")})
     text = client.get("/metrics").text
     assert "capsnet_inference_seconds_bucket" in text and "capsnet_queue_seconds_bucket" in text
-    assert 'http_requests_total{handler="/predict"' in text
+    assert "http_requests_total" in text and "http_request_duration_seconds" in text
+
+
+def test_http_metrics_count_each_request_by_its_route_and_status_class(client, digits):
+    """A request counts under its route's template, its status class and method; a path no route has
+    under `none`; GET /metrics never; each count has its duration."""
+
+    def http() -> dict:
+        return {
+            (s.name, s.labels.get("handler"), s.labels.get("status"), s.labels.get("method")): s.value
+            for family in text_string_to_metric_families(client.get("/metrics").text)
+            for s in family.samples
+            if s.name in ("http_requests_total", "http_request_duration_seconds_count")
+        }
+
+    before = http()
+    client.post("/predict?include=", files={"file": ("d.png", encode(digits[0][0]), "image/png")})
+    client.post("/predict", files={"file": ("d.txt", b"not an image", "text/plain")})
+    client.get("/models/nope/anything")
+    after = http()
+    changes = {key: after[key] - before.get(key, 0.0) for key in after if after[key] != before.get(key, 0.0)}
+    assert changes == {
+        ("http_requests_total", "/predict", "2xx", "POST"): 1.0,
+        ("http_requests_total", "/predict", "4xx", "POST"): 1.0,
+        ("http_requests_total", "none", "4xx", "GET"): 1.0,
+        ("http_request_duration_seconds_count", "/predict", None, "POST"): 2.0,
+        ("http_request_duration_seconds_count", "none", None, "GET"): 1.0,
+    }
 
 
 def test_a_full_queue_answers_503_with_retry_after_over_http(app, client, digits, monkeypatch):
