@@ -65,9 +65,9 @@ class EngineMetrics:
 
 
 class HttpMetrics:
-    """Every HTTP request (but GET /metrics) counted by method, status class (2xx...) and the template of the
-    route that took it (`none` for a path no route has), and its duration from the app's first middleware
-    to its answer sent, by method and route."""
+    """HTTP requests (app/middleware.py's HttpMetricsMiddleware records them) counted by method, status
+    class (2xx...) and the template of the route that took it (`none` where no route did), and their
+    durations in the app, by method and route."""
 
     def __init__(self, registry: CollectorRegistry):
         self.requests = Counter(

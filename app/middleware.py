@@ -19,6 +19,8 @@ from app.metrics import HttpMetrics
 log = logging.getLogger(__name__)
 
 REQUEST_ID = "X-Request-ID"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+CLIENT_GONE = 499  # nginx's status for a client that closed its connection before the answer
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -118,9 +120,10 @@ class BoardMiddleware:
 
 
 class HttpMetricsMiddleware:
-    """Records every HTTP request in HttpMetrics: the route Starlette matched (`scope["route"]`, set as the
-    request is routed; no route: `none`), the status of the answer (5xx when an error left none) and the
-    time until the app returned. GET /metrics itself is left out."""
+    """Records each HTTP request that reaches it (all but CORS preflights) in HttpMetrics: the route Starlette
+    matched (`scope["route"]`, set as the request is routed; none, as for a 413 on Content-Length: `none`),
+    the status of the answer (499 for a client that went away, 500 when an error left none), and the time
+    until the app returned. GET /metrics itself is left out."""
 
     def __init__(self, app: ASGIApp, metrics: HttpMetrics):
         self.app, self.metrics = app, metrics
@@ -138,9 +141,12 @@ class HttpMetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            status = CLIENT_GONE
+            raise
         finally:
             handler = getattr(scope.get("route"), "path", "none")
             if handler != "/metrics":
-                method = scope["method"]
+                method = scope["method"] if scope["method"] in METHODS else "other"  # a label's values stay few
                 self.metrics.requests.labels(method, f"{status // 100}xx", handler).inc()
                 self.metrics.duration.labels(method, handler).observe(time.perf_counter() - start)

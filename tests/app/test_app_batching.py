@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.batcher import DynamicBatcher, QueueFullError
-from tests.harness import encode
+from tests.harness import MULTIPART, encode
 
 
 class FakeModel:
@@ -171,9 +171,10 @@ def test_metrics_expose_inference_time_and_http(client, digits):
     assert "http_requests_total" in text and "http_request_duration_seconds" in text
 
 
-def test_http_metrics_count_each_request_by_its_route_and_status_class(client, digits):
-    """A request counts under its route's template, its status class and method; a path no route has
-    under `none`; GET /metrics never; each count has its duration."""
+def test_http_metrics_count_each_request_by_its_route_and_status_class(app, client, digits):
+    """A request counts under its route's template, its status class and method; a path no route has, or
+    a body refused before routing, under `none`; a client gone as a 4xx (499); GET /metrics never; each
+    count has its duration."""
 
     def http() -> dict:
         return {
@@ -183,18 +184,36 @@ def test_http_metrics_count_each_request_by_its_route_and_status_class(client, d
             if s.name in ("http_requests_total", "http_request_duration_seconds_count")
         }
 
+    async def gone(message):  # a client that goes away while its body is read: 499
+        raise AssertionError(f"nobody is left to answer, yet the app sent {message}")
+
+    async def disconnect():
+        return {"type": "http.disconnect"}
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/predict",
+        "query_string": b"",
+        "headers": [(b"content-type", MULTIPART.encode())],
+    }
+
     before = http()
     client.post("/predict?include=", files={"file": ("d.png", encode(digits[0][0]), "image/png")})
     client.post("/predict", files={"file": ("d.txt", b"not an image", "text/plain")})
     client.get("/models/nope/anything")
+    client.post("/predict", content=b"{}", headers={"content-length": str(100 * 2**20)})  # 413 before routing
+    asyncio.run(app({**scope, "state": {}}, disconnect, gone))
     after = http()
     changes = {key: after[key] - before.get(key, 0.0) for key in after if after[key] != before.get(key, 0.0)}
     assert changes == {
         ("http_requests_total", "/predict", "2xx", "POST"): 1.0,
-        ("http_requests_total", "/predict", "4xx", "POST"): 1.0,
+        ("http_requests_total", "/predict", "4xx", "POST"): 2.0,  # the text file's 422 and the client gone
         ("http_requests_total", "none", "4xx", "GET"): 1.0,
-        ("http_request_duration_seconds_count", "/predict", None, "POST"): 2.0,
+        ("http_requests_total", "none", "4xx", "POST"): 1.0,
+        ("http_request_duration_seconds_count", "/predict", None, "POST"): 3.0,
         ("http_request_duration_seconds_count", "none", None, "GET"): 1.0,
+        ("http_request_duration_seconds_count", "none", None, "POST"): 1.0,
     }
 
 

@@ -77,6 +77,17 @@ CASES = [
         {},
     ),
     (
+        "boundary of 71 characters",
+        "POST",
+        "/predict",
+        {
+            "content": b"--" + b"b" * 71 + b"--\r\n",
+            "headers": {"content-type": "multipart/form-data; boundary=" + "b" * 71},
+        },
+        {},
+    ),
+    ("a 5 kB file name", "POST", "/predict", upload(PNG, "d" * 5000 + ".png"), {}),
+    (
         "multipart of garbage",
         "POST",
         "/predict",
@@ -264,8 +275,12 @@ def test_statuses_say_what_kind_of_mistake(client):
         "multipart of garbage",
         "17 fields beside `file`",
         "two files",
+        "boundary of 71 characters",
     )
     assert {status(name) for name in (*malformed, "a file beside `file`")} == {400}
+    _, method, path, kwargs, params = next(case for case in CASES if case[0] == "a 5 kB file name")
+    r = client.request(method, path, params=params, **kwargs)
+    assert r.status_code == 400 and "too long or too many headers" in r.json()["detail"]
     assert status("no file field") == status("file as a text field") == 422
     assert status("text file") == status("blank white canvas") == status("NaN in capsule") == 422
     r = client.post("/predict", files={"file": ("d.png", bigger(), "image/png")})
