@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks.report import write_report
 from model import contract
-from tests.harness import MULTIPART, digit_png, machine, multipart
+from tests.harness import digit_png, machine, multipart, upload_scope
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 REPEATS = 300
@@ -65,14 +65,7 @@ def multipart_ms(body: bytes, starlette: bool = False) -> float:
 
     from app.image_request import read_image_bytes
 
-    payload = multipart(body)
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/predict",
-        "query_string": b"",
-        "headers": [(b"content-type", MULTIPART.encode())],
-    }
+    payload, scope = multipart(body), upload_scope()
 
     async def parse():
         async def receive():

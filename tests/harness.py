@@ -103,6 +103,12 @@ def multipart(payload: bytes, filename: str = "digit.png", mime: str = "image/pn
     return head + payload + f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
+def upload_scope() -> dict:
+    """The ASGI scope of a POST /predict whose body is a multipart() upload (Content-Type MULTIPART)."""
+    headers = [(b"content-type", MULTIPART.encode())]
+    return {"type": "http", "method": "POST", "path": "/predict", "query_string": b"", "headers": headers}
+
+
 def machine() -> str:
     """The CPU model and core count (and the GPU's name, when nvidia-smi answers)."""
     cpu, cpuinfo = platform.machine(), Path("/proc/cpuinfo")

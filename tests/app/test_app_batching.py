@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.batcher import DynamicBatcher, QueueFullError
-from tests.harness import MULTIPART, encode
+from tests.harness import encode, upload_scope
 
 
 class FakeModel:
@@ -190,20 +190,12 @@ def test_http_metrics_count_each_request_by_its_route_and_status_class(app, clie
     async def disconnect():
         return {"type": "http.disconnect"}
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/predict",
-        "query_string": b"",
-        "headers": [(b"content-type", MULTIPART.encode())],
-    }
-
     before = http()
     client.post("/predict?include=", files={"file": ("d.png", encode(digits[0][0]), "image/png")})
     client.post("/predict", files={"file": ("d.txt", b"not an image", "text/plain")})
     client.get("/models/nope/anything")
     client.post("/predict", content=b"{}", headers={"content-length": str(100 * 2**20)})  # 413 before routing
-    asyncio.run(app({**scope, "state": {}}, disconnect, gone))
+    asyncio.run(app({**upload_scope(), "state": {}}, disconnect, gone))
     after = http()
     changes = {key: after[key] - before.get(key, 0.0) for key in after if after[key] != before.get(key, 0.0)}
     assert changes == {
