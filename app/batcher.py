@@ -3,8 +3,10 @@
 A job is an array with a leading batch axis (a single image is (1, 1, 28, 28)); jobs are stacked
 up to `max_batch` rows and the outputs are split back per job. The gathering loop and
 `session.run` live on one dedicated thread, so the event loop never blocks and any event loop can
-submit: `submit` awaits a concurrent.futures.Future through asyncio.wrap_future (uvicorn has one
-loop; test clients run one per call).
+submit (uvicorn has one loop; test clients run one per call). A job crosses to that thread through a
+queue.SimpleQueue and comes back as its event loop's own future, which the thread settles with one
+call_soon_threadsafe per batch and loop: the fewest wake-ups and allocations a round trip can have
+(benchmarks/cpu_profile.py's batcher hop).
 
 Wait policy (`max_wait`, Triton's max_queue_delay): a batch waits up to max_wait after its first
 job arrived for more jobs, but only under load, i.e. when it already holds several jobs or the last
@@ -12,12 +14,12 @@ batch did. A lone request at low load runs at once, so batching adds no latency 
 """
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +29,7 @@ from app.metrics import EngineMetrics
 log = logging.getLogger(__name__)
 
 RunBatch = Callable[[np.ndarray], Sequence[np.ndarray]]
+Outcome = list[np.ndarray] | BaseException  # a job's outputs, or why it has none
 
 
 class QueueFullError(Exception):
@@ -40,8 +43,21 @@ class DeadlineError(Exception):
 @dataclass
 class _Job:
     x: np.ndarray  # (n, ...)
-    future: Future = field(default_factory=Future)
+    loop: asyncio.AbstractEventLoop  # the submitter's: the future is its, and is settled on it
+    future: asyncio.Future
     enqueued: float = field(default_factory=time.monotonic)
+
+
+def _settle(settled: list[tuple[asyncio.Future, Outcome]]) -> None:
+    """On the submitters' event loop: each future gets its outputs or its exception, unless its request
+    was cancelled meanwhile (its deadline passed, its client left)."""
+    for future, outcome in settled:
+        if future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 _STOP = object()
@@ -72,7 +88,7 @@ class DynamicBatcher:
         self.run_batch, self.name, self.deadline = run_batch, name, deadline
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.metrics = metrics
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._held: _Job | None = None  # a job that did not fit in the last batch
         self._last_size = 1
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
@@ -95,12 +111,14 @@ class DynamicBatcher:
         """Queue x (n, ...) and wait for its outputs, each (n, ...)."""
         if self._queue.qsize() >= self.max_queue:
             raise QueueFullError(f"the server is busy: {self.max_queue} requests are already waiting; retry shortly")
-        job = _Job(x)
+        loop = asyncio.get_running_loop()
+        job = _Job(x, loop, loop.create_future())
         self._queue.put(job)
         if self.metrics:
             self.metrics.queue_depth.set(self._queue.qsize())
-        try:  # cancelling the wrapper cancels a job still queued: the loop then drops it
-            return await asyncio.wait_for(asyncio.wrap_future(job.future), self.deadline)
+        try:  # past the deadline (or cancelled) the future is cancelled: a job still queued is then dropped
+            async with asyncio.timeout(self.deadline):
+                return await job.future
         except TimeoutError:
             raise DeadlineError(
                 f"the model did not answer within {self.deadline:g} s (the server is overloaded); retry shortly"
@@ -143,7 +161,7 @@ class DynamicBatcher:
 
     def _loop(self) -> None:
         while (jobs := self._gather()) is not None:
-            jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # drop cancelled
+            jobs = [job for job in jobs if not job.future.cancelled()]  # drop those whose request is over
             if jobs:
                 self._run(jobs)
         self._fail_waiting()
@@ -156,24 +174,37 @@ class DynamicBatcher:
             outputs = self.run_batch(x)
         except Exception as exc:  # every waiting request fails with it; the route answers 500
             log.exception("%s: a batch of %d failed", self.name, len(x))
-            for job in jobs:
-                job.future.set_exception(exc)
+            self._answer([(job, exc) for job in jobs])
             return
         elapsed = time.monotonic() - start
         if self.metrics:
             self.metrics.batch_size.labels(self.name).observe(len(x))
             self.metrics.inference_seconds.labels(self.name).observe(elapsed)
             self.metrics.queue_depth.set(self._queue.qsize())
+        answers: list[tuple[_Job, Outcome]] = []
         offset = 0
         for job in jobs:
             n = len(job.x)
-            job.future.set_result([out[offset : offset + n] for out in outputs])
+            answers.append((job, [out[offset : offset + n] for out in outputs]))
             if self.metrics:
                 self.metrics.queue_seconds.observe(start - job.enqueued)
             offset += n
+        self._answer(answers)
+
+    @staticmethod
+    def _answer(answers: Sequence[tuple[_Job, Outcome]]) -> None:
+        """Hand each job its outcome on its event loop: one wake-up per loop, however many jobs it has."""
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for job, outcome in answers:
+            by_loop.setdefault(job.loop, []).append((job.future, outcome))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits for these any more
+                loop.call_soon_threadsafe(_settle, settled)
 
     def _fail_waiting(self) -> None:
         """On shutdown, answer whatever is still queued instead of leaving it hanging."""
+        waiting: list[tuple[_Job, Outcome]] = []
         while (job := self._next(timeout=0)) is not None:
-            if job is not _STOP and job.future.set_running_or_notify_cancel():
-                job.future.set_exception(RuntimeError("the server is shutting down"))
+            if job is not _STOP:
+                waiting.append((job, RuntimeError("the server is shutting down")))
+        self._answer(waiting)

@@ -56,6 +56,53 @@ def test_queued_jobs_run_together_and_get_their_own_outputs():
         np.testing.assert_array_equal(summed, x.sum(axis=1))
 
 
+def test_a_batch_wakes_its_event_loop_once():
+    """The batching thread hands a batch's outputs back with one call_soon_threadsafe for the loop that
+    submitted them, not one per job: each is a wake-up of that loop."""
+    model = FakeModel()
+    b = batcher(model)
+    xs = [np.full((1, 3), i, np.float32) for i in range(5)]
+    handed = []
+
+    async def counted():
+        loop = asyncio.get_running_loop()
+        call = loop.call_soon_threadsafe
+
+        def counting(*args):
+            handed.append(threading.get_ident())
+            return call(*args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        return await submit_while_blocked(b, model, xs)
+
+    _, outs = asyncio.run(counted())
+    b.close()
+    assert model.sizes == [1, 5] and len(handed) == 2  # the first job's batch, then the five's
+    assert threading.get_ident() not in handed  # both from the batching thread
+    for x, (doubled, _) in zip(xs, outs, strict=True):
+        np.testing.assert_array_equal(doubled, x * 2)
+
+
+def test_a_job_of_a_loop_that_is_gone_leaves_the_batcher_serving():
+    """A request whose event loop closed while the model ran it (a test client's call that ended) is
+    dropped; the next request, on another loop, is answered."""
+    model = FakeModel()
+    b = batcher(model)
+
+    async def leave():
+        model.gate.clear()
+        job = asyncio.ensure_future(b.submit(np.ones((1, 3), np.float32)))
+        await asyncio.sleep(0.05)  # running, held in the model; asyncio.run then cancels it and closes the loop
+        return job
+
+    asyncio.run(leave())
+    model.gate.set()
+    (doubled, _) = asyncio.run(b.submit(np.ones((1, 3), np.float32)))
+    b.close()
+    np.testing.assert_array_equal(doubled, np.full((1, 3), 2.0))
+    assert model.sizes == [1, 1]
+
+
 def test_max_batch_is_respected_and_big_jobs_run_alone():
     model = FakeModel()
     b = batcher(model, max_batch=4)
