@@ -1,12 +1,24 @@
 """Named dependencies: the app's settings, its engines (created once, in the lifespan) and the engine of
-the model a request names (`?model=NAME`, the default model without it); the parsing of ?include= lists."""
+the model a request names (`?model=NAME`, the default model without it); the parsing of ?include= lists;
+a query read as one pydantic model (read_query, query_parameters: /predict's).
 
-from typing import Annotated
+FastAPI solves a route's declared parameters anew for every request, inspecting each one's annotation:
+45 µs for /predict's three (model, include, preprocess) in process, 0.1 ms in the server after a model
+run, where a lone request's whole path around the model is about 1 ms. /predict, the one route a lone
+client waits on, reads its query with read_query instead (5 µs) and documents it with query_parameters.
+"""
+
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.engine import Engine, Engines
+from app.schemas import MODEL_DESCRIPTION, MODEL_EXAMPLES, MODEL_NAME_LENGTH
 from app.settings import Settings
+
+Q = TypeVar("Q", bound=BaseModel)
 
 # The dependencies are `async def` though they never await: FastAPI runs a plain `def` dependency on its
 # thread pool: three thread hops per request for three attribute reads.
@@ -23,15 +35,16 @@ async def get_engines(request: Request) -> Engines:
 async def get_engine(
     request: Request,
     model: Annotated[
-        str | None,
-        Query(
-            description="the served model to use (GET /models lists them); default: the default model, mnist",
-            examples=["mnist", "multimnist", "fashion-mnist"],
-            max_length=64,
-        ),
+        str | None, Query(description=MODEL_DESCRIPTION, examples=MODEL_EXAMPLES, max_length=MODEL_NAME_LENGTH)
     ] = None,
 ) -> Engine:
-    engines: Engines = request.app.state.engines  # not Depends(get_engines): a level FastAPI solves per request
+    return engine_named(request, model)
+
+
+def engine_named(request: Request, model: str | None) -> Engine:
+    """The engine of the model a request names (the default model for None); 404 for a model not served,
+    503 for one not ready yet."""
+    engines: Engines = request.app.state.engines
     name = engines.default if model is None else model
     if name not in engines.names:
         raise HTTPException(
@@ -55,6 +68,30 @@ def parse_include(include: str | None, options: tuple[str, ...], default: tuple[
             422, f"include has unknown part(s) {', '.join(unknown)}; choose from {', '.join(options)} (comma separated)"
         )
     return parts
+
+
+def read_query(request: Request, model: type[Q]) -> Q:
+    """The request's query as `model` (unknown names ignored, a repeated name's last value, as FastAPI
+    reads declared parameters); 422 as FastAPI's own validation answers (app/errors.py)."""
+    try:
+        return model.model_validate(request.query_params)
+    except ValidationError as exc:
+        raise RequestValidationError([{**error, "loc": ("query", *error["loc"])} for error in exc.errors()]) from None
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """OpenAPI's parameter objects for a query read with read_query, as FastAPI writes declared ones."""
+    schema = model.model_json_schema()
+    return [
+        {
+            "name": name,
+            "in": "query",
+            "required": name in schema.get("required", ()),
+            "schema": field,
+            **({"description": field["description"]} if "description" in field else {}),
+        }
+        for name, field in schema["properties"].items()
+    ]
 
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]

@@ -55,8 +55,29 @@ PREPROCESS_DESCRIPTION = (
     "model's input (28x28 or its size), white on black"
 )
 
+# ?model= of every route that reads a model (app/deps.py's get_engine, PredictQuery)
+MODEL_DESCRIPTION = "the served model to use (GET /models lists them); default: the default model, mnist"
+MODEL_EXAMPLES = ["mnist", "multimnist", "fashion-mnist"]
+MODEL_NAME_LENGTH = 64
+
 
 # --- /predict -------------------------------------------------------------------------------------
+class PredictQuery(BaseModel):
+    """/predict's query parameters (app/deps.py's read_query reads them)."""
+
+    include: str | None = Field(
+        None,
+        description=f"comma list of {', '.join(INCLUDE_OPTIONS)} to return (default: {', '.join(INCLUDE_DEFAULT)}; "
+        f"empty: none). {ITERATIONS}: routing.iterations, dynamic routing iteration by iteration (Procedure 1; "
+        "422 for a model whose graph does not have them)",
+        examples=[",".join(INCLUDE_DEFAULT), ",".join(INCLUDE_OPTIONS)],
+    )
+    preprocess: Preprocess = Field("auto", description=PREPROCESS_DESCRIPTION)
+    model: str | None = Field(
+        None, description=MODEL_DESCRIPTION, examples=MODEL_EXAMPLES, max_length=MODEL_NAME_LENGTH
+    )
+
+
 class PredictRequest(BaseModel):
     """JSON form of /predict (the other is multipart with a `file` field)."""
 

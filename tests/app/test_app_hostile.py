@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.deps import get_engine
 from model import contract
 from tests.harness import MULTIPART, encode, multipart
 
@@ -307,16 +306,12 @@ def test_the_server_answers_as_before_after_the_corpus(client):
     np.testing.assert_allclose(after["capsules"], before["capsules"], atol=1e-6)
 
 
-def test_unexpected_errors_are_500_with_a_request_id(app, client, caplog):
-    class Broken:
-        async def predict(self, image):
-            raise RuntimeError("secret internals")
+def test_unexpected_errors_are_500_with_a_request_id(app, client, caplog, monkeypatch):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("secret internals")
 
-    app.dependency_overrides[get_engine] = lambda: Broken()
-    try:
-        r = client.post("/predict", files={"file": ("d.png", PNG, "image/png")}, headers={"X-Request-ID": "req-42"})
-    finally:
-        app.dependency_overrides.clear()
+    monkeypatch.setattr(app.state.engines["mnist"], "predict", broken)
+    r = client.post("/predict", files={"file": ("d.png", PNG, "image/png")}, headers={"X-Request-ID": "req-42"})
     assert r.status_code == 500
     assert r.json() == {"detail": "internal error, request id req-42"}
     assert "secret" not in r.text and r.headers["x-request-id"] == "req-42"
@@ -330,3 +325,10 @@ def test_validation_detail_is_a_sentence(client):
     r = client.post("/predict", params={"include": "nope"}, files={"file": ("d.png", PNG, "image/png")})
     assert "nope" in r.json()["detail"] and "capsules" in r.json()["detail"]
     assert json.loads(client.post("/predict", json={}).text)["detail"].startswith("invalid request: body.image")
+    # /predict reads its query itself (app/deps.py's read_query): its sentences are FastAPI's, every mistake named
+    r = client.post("/predict", params={"preprocess": "fancy", "model": "m" * 65}, files={"file": ("d.png", PNG)})
+    assert r.status_code == 422
+    assert r.json()["detail"] == (
+        "invalid request: query.preprocess: Input should be 'auto', 'mnist' or 'none'; "
+        "query.model: String should have at most 64 characters"
+    )
