@@ -7,7 +7,8 @@ Starts its own servers on 127.0.0.1 (the default model, mnist; batching on: max_
 max_batch 1), each with two extra routes: a no-op that parses the same multipart body and answers a
 small JSON (the HTTP ceiling), and one that times the engine's own session.run in the server process
 (the bare model: the same graph, threads and cores as /predict). The load comes from `hey`
-(benchmarks/load.py). For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
+(benchmarks/load.py: it writes each time to 0.1 ms, so a percentile is interpolated within its step).
+For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
 of /predict (the full answer; include= with the default preprocessing and with preprocess=none), of
 the no-op and of GET /health. Then the service on its default settings (`python -m app`, mnist: a
 worker per core, their threads) beside the fifteen-line template a user would write
