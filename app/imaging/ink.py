@@ -221,8 +221,9 @@ def otsu(values: np.ndarray, bins: int = 64) -> float:
     centres = (edges[:-1] + edges[1:]) / 2
     w0 = np.cumsum(counts)[:-1]
     w1 = values.size - w0
-    m0 = np.cumsum(counts * centres)[:-1] / np.maximum(w0, 1)
-    m1 = (np.sum(counts * centres) - np.cumsum(counts * centres)[:-1]) / np.maximum(w1, 1)
+    mass = np.cumsum(counts * centres)  # its last: the sum of every value's centre
+    m0 = mass[:-1] / np.maximum(w0, 1)
+    m1 = (mass[-1] - mass[:-1]) / np.maximum(w1, 1)
     return float(edges[1:-1][np.argmax(w0 * w1 * (m0 - m1) ** 2)])
 
 

@@ -479,6 +479,21 @@ def test_otsus_histogram_is_np_histograms():
         np.testing.assert_array_equal(counts, expected_counts)
 
 
+def test_the_ink_box_bounds_every_non_zero_pixel():
+    """digit.ink_box: the rows and columns of the first and past the last non-zero pixel, of floats (a
+    negative one counts) and of masks, a picture's edges included."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        x = np.zeros(tuple(rng.integers(1, 120, 2)), np.float32)
+        ones = rng.integers(1, 6)
+        x[rng.integers(0, x.shape[0], ones), rng.integers(0, x.shape[1], ones)] = rng.choice([-0.5, 1e-7, 1.0])
+        rows, cols = np.nonzero(x)
+        expected = (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1)
+        assert digit.ink_box(x) == expected and digit.ink_box(x != 0) == expected
+        top, bottom, left, right = expected
+        assert digit.ink_box(x[:, ::-1]) == (top, bottom, x.shape[1] - right, x.shape[1] - left)  # a view
+
+
 def test_parts_of_equal_ink_are_taken_in_raster_order():
     """Two identical shapes far apart, the right one a row higher: scipy's raster order finds it first,
     OpenCV's scan of 2x2 blocks the left one; the digit is the one of raster order, as before OpenCV."""
