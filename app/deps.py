@@ -1,4 +1,4 @@
-"""Named dependencies: the app's settings, its engines (created once, in the lifespan) and the engine of
+"""Named dependencies: the app's engines (created once, in the lifespan) and the engine of
 the model a request names (`?model=NAME`, the default model without it); the parsing of ?include= lists;
 a query read as one pydantic model (read_query, query_parameters: /predict's).
 
@@ -16,16 +16,11 @@ from pydantic import BaseModel, ValidationError
 
 from app.engine import Engine, Engines
 from app.schemas import MODEL_DESCRIPTION, MODEL_EXAMPLES, MODEL_NAME_LENGTH
-from app.settings import Settings
 
 Q = TypeVar("Q", bound=BaseModel)
 
 # The dependencies are `async def` though they never await: FastAPI runs a plain `def` dependency on its
 # thread pool: three thread hops per request for three attribute reads.
-
-
-async def get_app_settings(request: Request) -> Settings:
-    return request.app.state.settings
 
 
 async def get_engines(request: Request) -> Engines:
@@ -94,6 +89,5 @@ def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     ]
 
 
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 EnginesDep = Annotated[Engines, Depends(get_engines)]
 EngineDep = Annotated[Engine, Depends(get_engine)]

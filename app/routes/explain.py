@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from app import answer
-from app.deps import EngineDep, SettingsDep, parse_include
+from app.deps import EngineDep, parse_include
 from app.image_request import IMAGE_BODY, IMAGE_ERRORS, read_image_bytes
 from app.imaging.transform import TRANSFORMS, TransformName
 from app.schemas import (
@@ -50,7 +50,6 @@ def sweep_values(transform: TransformName, start: float | None, stop: float | No
 async def explain(
     request: Request,
     engine: EngineDep,
-    settings: SettingsDep,
     transform: Annotated[
         TransformName,
         Query(
@@ -85,5 +84,5 @@ async def explain(
     parts = parse_include(include, EXPLAIN_OPTIONS, EXPLAIN_DEFAULT)
     values = sweep_values(transform, start, stop, steps)
     data = await read_image_bytes(request)
-    body = await answer.explain(data, preprocess, engine, settings.max_pixels, transform, values, follow, parts)
+    body = await answer.explain(data, preprocess, engine, engine.settings.max_pixels, transform, values, follow, parts)
     return Response(body, media_type="application/json")

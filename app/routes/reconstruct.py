@@ -7,7 +7,7 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Response
 
 from app import answer
-from app.deps import EngineDep, SettingsDep, parse_include
+from app.deps import EngineDep, parse_include
 from app.schemas import DRAWING_OPTIONS, ErrorMessage, ReconstructRequest, ReconstructResponse
 
 router = APIRouter(tags=["model"])
@@ -28,7 +28,6 @@ router = APIRouter(tags=["model"])
 async def reconstruct(
     body: ReconstructRequest,
     engine: EngineDep,
-    settings: SettingsDep,
     include: Annotated[
         str | None,
         Query(
@@ -42,9 +41,9 @@ async def reconstruct(
     (section 4.1); the drawings have the model's input size (28x28, MultiMNIST's 36x36)."""
     parts = parse_include(include, DRAWING_OPTIONS)
     items = body.as_items()
-    if len(items) > settings.max_reconstruct_batch:
+    if len(items) > engine.settings.max_reconstruct_batch:
         raise HTTPException(
-            422, f"items holds {len(items)} capsules; the limit is {settings.max_reconstruct_batch} per request"
+            422, f"items holds {len(items)} capsules; the limit is {engine.settings.max_reconstruct_batch} per request"
         )
     digits = np.array([item.digit for item in items])
     capsules = np.array([item.capsule for item in items], np.float32)
