@@ -20,7 +20,7 @@ from app.schemas import MODEL_DESCRIPTION, MODEL_EXAMPLES, MODEL_NAME_LENGTH
 Q = TypeVar("Q", bound=BaseModel)
 
 # The dependencies are `async def` though they never await: FastAPI runs a plain `def` dependency on its
-# thread pool: three thread hops per request for three attribute reads.
+# thread pool, a thread hop per request for an attribute read.
 
 
 async def get_engines(request: Request) -> Engines:
@@ -66,17 +66,22 @@ def parse_include(include: str | None, options: tuple[str, ...], default: tuple[
 
 
 def read_query(request: Request, model: type[Q]) -> Q:
-    """The request's query as `model` (unknown names ignored, a repeated name's last value, as FastAPI
-    reads declared parameters); 422 as FastAPI's own validation answers (app/errors.py)."""
+    """The request's query as `model`, whose fields each take one value (a string, a number, a Literal):
+    unknown names ignored, a repeated name's last value, as FastAPI reads declared parameters; 422 as
+    FastAPI's own validation answers (app/errors.py)."""
     try:
         return model.model_validate(request.query_params)
     except ValidationError as exc:
-        raise RequestValidationError([{**error, "loc": ("query", *error["loc"])} for error in exc.errors()]) from None
+        errors = exc.errors(include_url=False)
+        raise RequestValidationError([{**error, "loc": ("query", *error["loc"])} for error in errors]) from None
 
 
 def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
-    """OpenAPI's parameter objects for a query read with read_query, as FastAPI writes declared ones."""
+    """OpenAPI's parameter objects for a query read with read_query, as FastAPI writes declared ones. Its
+    fields' schemas are inline (no $ref: an Enum or a nested model would need the document's definitions)."""
     schema = model.model_json_schema()
+    if "$defs" in schema:
+        raise TypeError(f"{model.__name__} has fields that a query parameter's schema cannot hold inline")
     return [
         {
             "name": name,

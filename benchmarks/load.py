@@ -18,13 +18,15 @@ def percentile(ms: np.ndarray, q: float, step: float = RESOLUTION_MS) -> float:
     """The q-th percentile of times written to the nearest `step` ms, interpolated within its step (the
     median of grouped data): a written time stands for the step around it, its times taken as spread evenly
     over it. A percentile of the written values alone moves in whole steps (0.1 ms: a twentieth of a lone
-    request's time here)."""
+    request's time here). Never below 0 (a time written as 0.0000), nor past the last step's top."""
+    if not 0 <= q <= 100 or not len(ms):
+        raise ValueError(f"a percentile is of some times and between 0 and 100, not the {q}th of {len(ms)}")
     steps, counts = np.unique(np.round(np.asarray(ms) / step).astype(np.int64), return_counts=True)
     cumulative = np.cumsum(counts)
     rank = q / 100 * cumulative[-1]
     i = int(np.searchsorted(cumulative, rank))  # the first step that holds the rank-th time
     below = cumulative[i] - counts[i]
-    return float((steps[i] - 0.5 + (rank - below) / counts[i]) * step)
+    return max(0.0, float((steps[i] - 0.5 + (rank - below) / counts[i]) * step))
 
 
 def hey(url: str, body: Path | None, clients: int, seconds: float) -> dict:

@@ -14,13 +14,14 @@ from tests.harness import encode, upload_scope
 
 
 class FakeModel:
-    """Doubles its input; blocks while `gate` is clear; records batch sizes."""
+    """Doubles its input; blocks while `gate` is clear (`running` set meanwhile); records batch sizes."""
 
     def __init__(self):
-        self.gate, self.sizes = threading.Event(), []
+        self.gate, self.running, self.sizes = threading.Event(), threading.Event(), []
         self.gate.set()
 
     def __call__(self, x):
+        self.running.set()
         self.gate.wait(10)
         self.sizes.append(len(x))
         return [x * 2, x.sum(axis=1)]
@@ -87,12 +88,13 @@ def test_a_job_of_a_loop_that_is_gone_leaves_the_batcher_serving():
     """A request whose event loop closed while the model ran it (a test client's call that ended) is
     dropped; the next request, on another loop, is answered."""
     model = FakeModel()
-    b = batcher(model)
+    b = batcher(model, deadline=10.0)  # a batcher whose thread died would fail the second request, not hang
 
     async def leave():
         model.gate.clear()
         job = asyncio.ensure_future(b.submit(np.ones((1, 3), np.float32)))
-        await asyncio.sleep(0.05)  # running, held in the model; asyncio.run then cancels it and closes the loop
+        while not model.running.is_set():  # held in the model; asyncio.run then cancels it and closes the loop
+            await asyncio.sleep(0.005)
         return job
 
     asyncio.run(leave())

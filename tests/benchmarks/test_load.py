@@ -27,3 +27,11 @@ def test_times_in_one_step_have_their_step_centre_as_median():
     assert percentile(np.full(101, 3.1), 50) == pytest.approx(3.1)
     assert percentile(np.array([3.0, 3.1]), 50) == pytest.approx(3.05)  # the first step's top, the second's bottom
     assert percentile(np.array([3.0, 3.0, 3.0, 3.1]), 50) == pytest.approx(2.95 + 2 / 3 * 0.1)
+
+
+def test_a_percentile_stays_within_the_times_and_asks_for_one():
+    assert percentile(np.zeros(10), 10) == 0.0  # not the step's bottom, -0.05 ms
+    assert percentile(np.array([3.0, 3.1]), 100) == pytest.approx(3.15)
+    for q, times in ((101, np.ones(3)), (-1, np.ones(3)), (50, np.array([]))):
+        with pytest.raises(ValueError, match="percentile"):
+            percentile(times, q)
