@@ -11,7 +11,8 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   decode+prepare after a run  the same, each time right after a run of the model at batch 1 (a lone
                    request's session), as one client's requests follow each other: the run leaves the
                    cores' caches holding its own data
-  batcher hop      engine.predict (queue, batching thread, future, event loop) minus session.run
+  batcher hop      a job's round trip through app/batcher.py (queue, batching thread, the event loop's
+                   future) with a model that answers at once
   batcher hop at home  the same with the event loop's and the batching thread on one core (app/cores.py's
                    Home, a worker serving alone), where it pins (several cores, no CPU quota below them)
   session.run      a worker's session at batch 1 (`python -m app`'s default: its share of the cores)
@@ -20,7 +21,7 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   render           the full JSON answer (two PNGs, orjson)
   render ?include= the answer of ?include= (the input's PNG, orjson)
   app layers       GET /health through the app in process: its middleware (request id, body limit,
-                   Prometheus), routing and a response; /predict's dependencies come on top
+                   HTTP metrics), routing and a response; /predict's query and engine come on top
 The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_bench's no-op route
 costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type.
 Writes benchmarks/results/cpu_profile.json and .md. Not a test.
@@ -155,6 +156,7 @@ def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, floa
 def profile() -> dict:
     from app import cores, imaging
     from app.answer import render_prediction
+    from app.batcher import DynamicBatcher
     from app.engine import Engine
     from app.main import one_thread_for_pictures
     from app.settings import Settings
@@ -191,22 +193,26 @@ def profile() -> dict:
         stages["session.run alone"] = median_ms(lambda: wide.run(engine.output_names, {contract.IMAGE: x}))
     lone = engine.capsnet_wide or engine.capsnet
     stages["decode+prepare after a run"] = after_ms(lambda: lone.run(engine.output_names, {contract.IMAGE: x}), prepare)
-    engine.start()
 
-    async def predict_ms() -> float:
+    async def hop_ms(batcher: DynamicBatcher) -> float:
         times = []
         for _ in range(REPEATS + 1):
             start = time.perf_counter()
-            await engine.predict(prepared.image)
+            await batcher.submit(x)
             times.append(time.perf_counter() - start)
-        return 1000 * float(np.median(times[1:]))
+        return round(1000 * float(np.median(times[1:])), 3)
 
-    stages["batcher hop"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)  # not alone: no request
+    hop = DynamicBatcher(
+        lambda batch: [batch], "hop", 64, settings.max_wait_ms / 1000, REPEATS, None, settings.request_deadline_s
+    )
+    hop.start()
+    stages["batcher hop"] = asyncio.run(hop_ms(hop))  # not alone: no request
     if (home := cores.Home(0)).pins:
-        home.keep([threading.get_native_id(), *engine.thread_ids()])  # asyncio.run's loop runs on this thread
+        home.keep([threading.get_native_id(), cast(int, hop.native_id)])  # asyncio.run's loop runs on this thread
         home.settle(True)
-        stages["batcher hop at home"] = round(asyncio.run(predict_ms()) - stages["session.run"], 3)
+        stages["batcher hop at home"] = asyncio.run(hop_ms(hop))
         home.settle(False)
+    hop.close()
     engine.close()
     threads = settings.session_threads or os.cpu_count() or 1
     return {
