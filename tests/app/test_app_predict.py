@@ -233,6 +233,19 @@ def test_unusual_input_comes_with_warnings(client, digits):
     assert any("other shape" in w for w in body["warnings"]), body["warnings"]
 
 
+def test_predict_has_no_parameters_for_fastapi_to_solve(app):
+    """/predict reads its query in one validation (app/deps.py's read_query): FastAPI solves a route's
+    declared parameters and dependencies anew for every request, inspecting each one's annotation; the
+    OpenAPI document still lists the query's parameters."""
+    from app.routes.predict import router
+
+    (route,) = router.routes
+    dependant = route.dependant  # type: ignore[attr-defined]  # an APIRoute's
+    assert not (dependant.query_params or dependant.dependencies or dependant.body_params)
+    (operation,) = app.openapi()["paths"]["/predict"].values()
+    assert [p["name"] for p in operation["parameters"]] == ["include", "preprocess", "model"]
+
+
 def test_a_small_picture_is_prepared_on_the_event_loop_and_a_large_one_in_the_thread_pool(client, digits, monkeypatch):
     """A 28x28 PNG, taken as it is or prepared (a lone dot too: its preparation is bounded), and a 64x64 one,
     are prepared without a thread hop; a 65x64 picture, a 16x256 one (as few pixels as 64x64) and a 28x28
