@@ -82,7 +82,8 @@ def load(image: Image.Image) -> Image.Image:
         # luma both preprocessings read) without the chroma work
         image.draft("L" if image.mode == "RGB" else image.mode, (WORK_SIZE, WORK_SIZE))
         image.load()
-        return ImageOps.exif_transpose(image)
+        ImageOps.exif_transpose(image, in_place=True)  # in place: an upright image is not copied
+        return image
 
 
 def decode(data: bytes, max_pixels: int) -> Image.Image:
