@@ -91,6 +91,7 @@ class DynamicBatcher:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._held: _Job | None = None  # a job that did not fit in the last batch
         self._last_size = 1
+        self._closed = False  # close() was called: jobs are refused, none would be run
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
 
     def start(self) -> None:
@@ -102,6 +103,7 @@ class DynamicBatcher:
         return self._thread.native_id
 
     def close(self, timeout: float = 10.0) -> None:
+        self._closed = True
         if self._thread.ident is None:  # never started
             return
         self._queue.put(_STOP)
@@ -109,6 +111,8 @@ class DynamicBatcher:
 
     async def submit(self, x: np.ndarray) -> list[np.ndarray]:
         """Queue x (n, ...) and wait for its outputs, each (n, ...)."""
+        if self._closed:
+            raise RuntimeError("the server is shutting down")
         if self._queue.qsize() >= self.max_queue:
             raise QueueFullError(f"the server is busy: {self.max_queue} requests are already waiting; retry shortly")
         loop = asyncio.get_running_loop()
@@ -168,14 +172,14 @@ class DynamicBatcher:
 
     def _run(self, jobs: list[_Job]) -> None:
         start = time.monotonic()
-        x = jobs[0].x if len(jobs) == 1 else np.concatenate([job.x for job in jobs])
-        self._last_size = len(x)
-        try:
+        try:  # jobs whose rows do not stack (a client's odd tensor) fail as a failed run does
+            x = jobs[0].x if len(jobs) == 1 else np.concatenate([job.x for job in jobs])
             outputs = self.run_batch(x)
-        except Exception as exc:  # every waiting request fails with it; the route answers 500
-            log.exception("%s: a batch of %d failed", self.name, len(x))
+        except Exception as exc:  # every job of the batch fails with it (the route answers 500); the thread goes on
+            log.exception("%s: a batch of %d job(s) failed", self.name, len(jobs))
             self._answer([(job, exc) for job in jobs])
             return
+        self._last_size = len(x)
         elapsed = time.monotonic() - start
         if self.metrics:
             self.metrics.batch_size.labels(self.name).observe(len(x))

@@ -105,6 +105,36 @@ def test_a_job_of_a_loop_that_is_gone_leaves_the_batcher_serving():
     assert model.sizes == [1, 1]
 
 
+def test_jobs_that_do_not_stack_fail_and_the_batcher_goes_on():
+    """Two jobs batched together whose rows differ in shape fail as a failed run does (each gets the
+    error); the thread lives on and answers the next job."""
+    model = FakeModel()
+    b = batcher(model, deadline=10.0)
+
+    async def odd_pair():
+        model.gate.clear()
+        first = asyncio.ensure_future(b.submit(np.zeros((1, 3), np.float32)))
+        while not model.running.is_set():  # the first job runs alone, held in the model
+            await asyncio.sleep(0.005)
+        odd = [asyncio.ensure_future(b.submit(np.zeros((1, k), np.float32))) for k in (3, 4)]
+        await asyncio.sleep(0.05)  # both queued behind the held run
+        model.gate.set()
+        await first
+        return await asyncio.gather(*odd, return_exceptions=True), await b.submit(np.ones((1, 3), np.float32))
+
+    failed, (doubled, _) = asyncio.run(odd_pair())
+    b.close()
+    assert all(isinstance(error, ValueError) for error in failed), failed
+    np.testing.assert_array_equal(doubled, np.full((1, 3), 2.0))
+
+
+def test_a_closed_batcher_refuses_jobs_at_once():
+    b = batcher(FakeModel())
+    b.close()
+    with pytest.raises(RuntimeError, match="shutting down"):
+        asyncio.run(asyncio.wait_for(b.submit(np.ones((1, 3), np.float32)), 5))
+
+
 def test_max_batch_is_respected_and_big_jobs_run_alone():
     model = FakeModel()
     b = batcher(model, max_batch=4)
