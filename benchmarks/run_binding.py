@@ -1,25 +1,32 @@
-"""The served graph's session.run three ways, by batch: plain, with I/O binding, and replayed as a CUDA graph.
+"""The served graph's session.run four ways, by batch: plain, with I/O binding, on a folded graph of one batch
+size, and replayed as a CUDA graph.
 
 $ python -m benchmarks.run_binding                       # CUDA where onnxruntime-gpu has a device, else CPU
 $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 --runs 20 --out r.json
 
-  run        session.run with numpy in and out, as app/engine.py runs it
-  binding    I/O binding: the input bound from numpy, the outputs bound on the provider's device and
-             copied back to numpy after the run (the host needs them to write the answer)
-  cuda graph (CUDA only) the provider's enable_cuda_graph: input and outputs bound to fixed device
-             buffers, the graph captured after ONNX Runtime's first runs and replayed from then on; the
-             input copied in place and the outputs copied back each run. A captured graph has one shape,
-             so its session fixes the batch axis (contract.BATCH) to the batch's size: ONNX Runtime then
-             folds the graph's shape arithmetic (Shape, ConstantOfShape) into constants, work its CUDA
-             provider would otherwise place on the CPU. ONNX Runtime refuses the capture when a node of
-             the graph still runs on the CPU: the reason is reported instead of a time.
+  run          session.run with numpy in and out, as app/engine.py runs it
+  binding      I/O binding: the input bound from numpy, the outputs bound on the provider's device and
+               copied back to numpy after the run (the host needs them to write the answer)
+  fixed batch  session.run of folded(): the graph with its batch axis fixed to the batch's size, its
+               constants folded by ONNX Runtime's basic optimiser until nothing more folds; at batch 1, 102
+               nodes where one pass of the basic optimiser leaves 123 with the axis free. On a GPU each node
+               is a kernel launch.
+  cuda graph   (CUDA only) the provider's enable_cuda_graph on the same folded graph (a captured graph has
+               one shape): input and outputs bound to fixed device buffers, the graph captured after ONNX
+               Runtime's first runs and replayed from then on; the input copied in place and the outputs
+               copied back each run. ONNX Runtime refuses the capture when a node still runs on the CPU: the
+               reason is reported instead of a time, with the nodes its log places on the CPU.
 Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
 warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS). Writes
 benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.
 """
 
 import argparse
+import contextlib
+import os
+import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -38,16 +45,91 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAMES = list(contract.CAPSNET_OUTPUTS)
 
 
-def session(graph: Path, provider: str, batch: int | None = None, cuda_graph: bool = False) -> ort.InferenceSession:
-    """A session of graph on provider (the service's options); `batch`: its batch axis fixed to that size."""
+def session(graph: Path | bytes, provider: str, cuda_graph: bool = False, log: int = 3) -> ort.InferenceSession:
+    """A session of graph (a file or its bytes) on provider (the service's options); `log`: ONNX Runtime's
+    severity (3, errors: as app/engine.py, which leaves out the optimiser's warnings about CastLike; 0:
+    verbose, node placements included)."""
     options = dict(PROVIDER_OPTIONS.get(provider, {}))
     if cuda_graph:
         options["enable_cuda_graph"] = "1"
     settings = ort.SessionOptions()
-    settings.log_severity_level = 3  # as app/engine.py: the optimiser's warnings about CastLike
-    if batch is not None:
-        settings.add_free_dimension_override_by_name(contract.BATCH, batch)
-    return ort.InferenceSession(str(graph), settings, providers=[(provider, options)] if options else [provider])
+    settings.log_severity_level = log
+    model = graph if isinstance(graph, bytes) else str(graph)
+    return ort.InferenceSession(model, settings, providers=[(provider, options)] if options else [provider])
+
+
+def folded(graph: Path, batch: int) -> bytes:
+    """graph with its batch axis fixed to `batch` and its constants folded until nothing more folds: ONNX
+    Runtime's basic optimiser (provider-independent, run here on the CPU), its result fed back to it. The
+    first pass folds the shape arithmetic the fixed batch makes constant (Shape, ConstantOfShape); the second
+    folds what the first could not see as constant yet: the exporter's CastLike nodes, which it inlines as
+    Casts of constants after folding, the Range they feed, and the first routing iteration's softmax of zero
+    logits; a third finds nothing more in the shipped graphs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.add_free_dimension_override_by_name(contract.BATCH, batch)
+        options.optimized_model_filepath = str(Path(tmp) / "folded.onnx")
+        model: str | bytes = str(graph)
+        nodes = None
+        while True:
+            ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+            model = Path(options.optimized_model_filepath).read_bytes()
+            if (count := node_count(model)) == nodes:
+                return model
+            nodes = count
+
+
+def node_count(model: bytes) -> int:
+    """The nodes of a serialized ONNX graph (its main graph's)."""
+    import onnx
+
+    return len(onnx.load_model_from_string(model).graph.node)
+
+
+PLACED = re.compile(r"(?:Node\(s\)|All nodes) placed on \[(\w+)\]")
+NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]\s{3,}(\S.*)$")
+
+
+@contextlib.contextmanager
+def stderr_into(path: Path):
+    """Writes to file descriptor 2 (ONNX Runtime's log, from C++) go to path within the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with path.open("wb") as sink:
+            os.dup2(sink.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def placements(graph: Path | bytes, provider: str) -> dict[str, list[str]]:
+    """Which provider ONNX Runtime places each node of graph on, read from its verbose log of the session's
+    loading (read_placements)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "ort.log"
+        with stderr_into(log):
+            session(graph, provider, log=0)
+        return read_placements(log.read_text(errors="replace").splitlines())
+
+
+def read_placements(log: list[str]) -> dict[str, list[str]]:
+    """ONNX Runtime's "Node placements" lines -> provider -> ["OpType (node name)", ...]; ["all"] for a
+    provider that took every node."""
+    placed: dict[str, list[str]] = {}
+    current = None
+    for line in log:
+        if header := PLACED.search(line):
+            current = header.group(1)
+            placed[current] = ["all"] if "All nodes" in line else []
+        elif current is not None and (node := NODE.search(line)):
+            placed[current].append(node.group(1))
+        else:
+            current = None
+    return placed
 
 
 def timed(step: Callable[[], list[np.ndarray]], runs: int) -> tuple[float, list[np.ndarray]]:
@@ -79,10 +161,15 @@ def binding(sess: ort.InferenceSession, x: np.ndarray, device: str) -> Callable[
     return step
 
 
-def cuda_graph(graph: Path, x: np.ndarray, like: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
-    """A session of its own, its batch axis fixed to x's (a captured graph has one shape), on fixed device
-    buffers shaped as plain run's outputs `like`; the first call captures the graph."""
-    sess = session(graph, "CUDAExecutionProvider", len(x), cuda_graph=True)
+def fixed_batch(graph: bytes, provider: str, x: np.ndarray) -> Callable[[], list[np.ndarray]]:
+    """session.run of folded(graph, len(x)) on provider."""
+    return plain(session(graph, provider), x)
+
+
+def cuda_graph(graph: bytes, x: np.ndarray, like: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
+    """A session of the folded graph of x's batch (a captured graph has one shape), on fixed device buffers
+    shaped as plain run's outputs `like`; the first call captures the graph."""
+    sess = session(graph, "CUDAExecutionProvider", cuda_graph=True)
     x_on = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
     outs = [ort.OrtValue.ortvalue_from_shape_and_type(y.shape, y.dtype.type, "cuda", 0) for y in like]
     io = sess.io_binding()
@@ -106,14 +193,21 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
         x = rng.random((batch, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
         ms, expected = timed(plain(base, x), runs)
         rows.append({"batch": batch, "variant": "run", "p50_ms": ms, "max_abs_diff": 0.0})
-        variants = {"binding": partial(binding, base, x, device_of(provider))}
+        fixed = folded(graph, batch)
+        variants = {
+            "binding": partial(binding, base, x, device_of(provider)),
+            "fixed batch": partial(fixed_batch, fixed, provider, x),
+        }
         if provider == "CUDAExecutionProvider":
-            variants["cuda graph"] = partial(cuda_graph, graph, x, expected)
+            variants["cuda graph"] = partial(cuda_graph, fixed, x, expected)
         for variant, make in variants.items():
             try:
                 ms, got = timed(make(), runs)
             except Exception as exc:  # ONNX Runtime's refusal is the finding
-                rows.append({"batch": batch, "variant": variant, "p50_ms": None, "error": " ".join(str(exc).split())})
+                row = {"batch": batch, "variant": variant, "p50_ms": None, "error": " ".join(str(exc).split())}
+                if variant == "cuda graph":  # and the nodes it keeps off the GPU
+                    row["placed_off"] = {p: nodes for p, nodes in placements(fixed, provider).items() if p != provider}
+                rows.append(row)
                 continue
             diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))
             rows.append({"batch": batch, "variant": variant, "p50_ms": ms, "max_abs_diff": diff})
@@ -122,7 +216,7 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
 
 def markdown(report: dict) -> str:
     lines = [
-        f"# session.run, I/O binding and CUDA graphs ({report['device']}, {report['provider']})",
+        f"# session.run, I/O binding, a folded graph and CUDA graphs ({report['device']}, {report['provider']})",
         "",
         f"{report['when']}; {report['graph']}, median of {report['runs']} runs after warm-up.",
         "",
@@ -131,6 +225,8 @@ def markdown(report: dict) -> str:
     ]
     for row in report["rows"]:
         figure = row["p50_ms"] if row["p50_ms"] is not None else f"refused: {row['error'][:160]}"
+        if row.get("placed_off"):
+            figure += "; placed off it: " + "; ".join(f"{p}: {', '.join(n)}" for p, n in row["placed_off"].items())
         lines.append(f"| {row['batch']} | {row['variant']} | {figure} | {row.get('max_abs_diff', '')} |")
     return "\n".join(lines) + "\n"
 
