@@ -27,6 +27,7 @@ import onnxruntime as ort
 from app import memory
 from app.batcher import DynamicBatcher
 from app.cores import Board, this_worker
+from app.cuda_graph import CudaGraph
 from app.metrics import EngineMetrics
 from app.settings import Settings
 from model import contract
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 # orders of magnitude further from the CPU's than fp32 does (benchmarks/provider_parity.py measures both),
 # and fp32 costs a model this small no measurable time.
 PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
+CUDA_GRAPH_WARM_RUNS = 3  # ONNX Runtime runs a CUDA-graph session plainly before it captures, then replays
 Outputs = dict[str, np.ndarray]  # contract output name -> array
 
 
@@ -140,6 +142,8 @@ class Engine:
         self.decoder = self._session(contract.DECODER_ONNX)
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
         self.output_names = list(contract.CAPSNET_OUTPUTS)  # what a plain request fetches
+        # a single image of a plain request on CUDA, replayed as a CUDA graph (Settings.cuda_graph)
+        self.capsnet_graph = self._cuda_graph() if settings.cuda_graph else None
         self.every_output = self.output_names + self.iteration_names
         # images per session.run: bounded on the CPU (app/memory.py), the whole batch on a GPU
         self.run_rows = memory.rows_per_run(self.spec.primary_capsules.count) if self._on_cpu else None
@@ -208,6 +212,22 @@ class Engine:
             memory.configure(options)
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
+    def _cuda_graph(self) -> CudaGraph | None:
+        """The CUDA graph of a single image's run, or None (and why, logged) where there is none."""
+        name, options = self._providers[0] if isinstance(self._providers[0], tuple) else (self._providers[0], {})
+        if name != "CUDAExecutionProvider":
+            log.info("model %s: cuda_graph is set but the model runs on %s: no CUDA graph", self.name, name)
+            return None
+        try:
+            return CudaGraph(self.directory / self.capsnet_file, self.output_names, (name, options))
+        except Exception as exc:  # ONNX Runtime refuses a capture while a node runs on the CPU
+            self._no_cuda_graph(exc)
+            return None
+
+    def _no_cuda_graph(self, why: Exception) -> None:
+        log.warning("model %s: no CUDA graph, single images run as batches do: %s", self.name, why)
+        self.capsnet_graph = None
+
     def _check_contract(self) -> list[str]:
         """Raises if either graph does not follow model/contract.py (every output, vote_lengths included)
         with the card's sizes (input size, primary capsules, class capsules). The CapsNet graph may have
@@ -258,8 +278,11 @@ class Engine:
 
     # --- running ---------------------------------------------------------------------------------
     def _run_capsnet(self, images: np.ndarray, names: list[str]) -> list[np.ndarray]:
-        """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run; the
-        single image of the server's only request on every core (capsnet_wide)."""
+        """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run; a single
+        image of a plain request replayed as a CUDA graph (capsnet_graph), else, the server's only request, on
+        every core (capsnet_wide)."""
+        if self.capsnet_graph is not None and len(images) == 1 and names == self.output_names and self.ready:
+            return self.capsnet_graph.run(images)
         rows = self.run_rows or len(images)
         session, wide, board = self.capsnet, self.capsnet_wide, self.board
         if wide is not None and board is not None and len(images) == 1 and self.ready and board.alone():
@@ -318,21 +341,28 @@ class Engine:
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """Run both graphs at batch 1 and at their largest batch (the wide session at batch 1), then mark the
-        engine ready."""
+        """Run both graphs at batch 1 and at their largest batch (the wide session and the CUDA graph at batch 1),
+        then mark the engine ready."""
         capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
+        one = np.zeros((1, 1, self.size, self.size), np.float32)
         if self.capsnet_wide is not None:
-            one = np.zeros((1, 1, self.size, self.size), np.float32)
             self.capsnet_wide.run(self.every_output, {contract.IMAGE: one})
+        if self.capsnet_graph is not None:
+            try:  # ONNX Runtime's first runs of it capture the graph (or find that it cannot)
+                for _ in range(CUDA_GRAPH_WARM_RUNS):
+                    self.capsnet_graph.run(one)
+            except Exception as exc:
+                self._no_cuda_graph(exc)
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         memory.release_freed_heap()
         self.ready, self.state = True, "ready"
         if self.metrics:
             self.metrics.model_ready.labels(self.name).set(1)
-        log.info("model %s: warm-up done; ready on %s", self.name, self.providers)
+        replayed = "; a single image replays a CUDA graph" if self.capsnet_graph is not None else ""
+        log.info("model %s: warm-up done; ready on %s%s", self.name, self.providers, replayed)
 
     def start(self) -> None:
         """Start the batchers and, unless already warm, warm up on a background thread (GET /ready

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     # ORT's CPU threads busy-wait between runs by default; in a server they would starve the event
     # loop and the image decoding threads of the same cores, so they sleep unless this is set
     intra_op_spinning: bool = False
+    cuda_graph: bool = Field(
+        default=False,
+        description="on CUDA, a single image runs as a CUDA graph of the model folded for batch 1, replayed "
+        "(app/cuda_graph.py; a graph ONNX Runtime cannot capture leaves plain runs, with a warning)",
+    )
     # --- dynamic batching (Triton's max_batch_size / max_queue_delay) ----------------------------
     max_batch: int = Field(default=64, ge=1, le=1024, description="1 turns batching off")
     max_wait_ms: float = Field(default=2.0, ge=0.0, le=1000.0)

@@ -7,13 +7,14 @@ $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 -
   run          session.run with numpy in and out, as app/engine.py runs it
   binding      I/O binding: the input bound from numpy, the outputs bound on the provider's device and
                copied back to numpy after the run (the host needs them to write the answer)
-  fixed batch  session.run of folded(): the graph with its batch axis fixed to the batch's size, its
-               constants folded by ONNX Runtime's basic optimiser until nothing more folds; at batch 1, 102
-               nodes where one pass of the basic optimiser leaves 123 with the axis free. On a GPU each node
-               is a kernel launch.
-  cuda graph   (CUDA only) the provider's enable_cuda_graph on the same folded graph (a captured graph has
-               one shape): input and outputs bound to fixed device buffers, the graph captured after ONNX
-               Runtime's first runs and replayed from then on; the input copied in place and the outputs
+  fixed batch  session.run of app/cuda_graph.py's fold(): the graph with its batch axis fixed to the
+               batch's size, its constants folded by ONNX Runtime's basic optimiser until nothing more
+               folds; at batch 1, 102 nodes where one pass of the basic optimiser leaves 123 with the axis
+               free. On a GPU each node is a kernel launch.
+  cuda graph   (CUDA only) app/cuda_graph.py's CudaGraph, as the engine replays a single image
+               (Settings.cuda_graph): the provider's enable_cuda_graph on the same folded graph (a captured
+               graph has one shape), input and outputs bound to fixed device buffers, the graph captured after
+               ONNX Runtime's first runs and replayed from then on; the input copied in place and the outputs
                copied back each run. ONNX Runtime refuses the capture when a node still runs on the CPU: the
                reason is reported instead of a time, with the nodes its log places on the CPU.
 Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from app.cuda_graph import CudaGraph, fold
 from app.engine import PROVIDER_OPTIONS, cuda_devices
 from benchmarks.cpu_profile import median_ms
 from benchmarks.report import write_report
@@ -45,47 +47,15 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAMES = list(contract.CAPSNET_OUTPUTS)
 
 
-def session(graph: Path | bytes, provider: str, cuda_graph: bool = False, log: int = 3) -> ort.InferenceSession:
+def session(graph: Path | bytes, provider: str, log: int = 3) -> ort.InferenceSession:
     """A session of graph (a file or its bytes) on provider (the service's options); `log`: ONNX Runtime's
     severity (3, errors: as app/engine.py, which leaves out the optimiser's warnings about CastLike; 0:
     verbose, node placements included)."""
-    options = dict(PROVIDER_OPTIONS.get(provider, {}))
-    if cuda_graph:
-        options["enable_cuda_graph"] = "1"
+    options = PROVIDER_OPTIONS.get(provider, {})
     settings = ort.SessionOptions()
     settings.log_severity_level = log
     model = graph if isinstance(graph, bytes) else str(graph)
     return ort.InferenceSession(model, settings, providers=[(provider, options)] if options else [provider])
-
-
-def folded(graph: Path, batch: int) -> bytes:
-    """graph with its batch axis fixed to `batch` and its constants folded until nothing more folds: ONNX
-    Runtime's basic optimiser (provider-independent, run here on the CPU), its result fed back to it. The
-    first pass folds the shape arithmetic the fixed batch makes constant (Shape, ConstantOfShape); the second
-    folds what the first could not see as constant yet: the exporter's CastLike nodes, which it inlines as
-    Casts of constants after folding, the Range they feed, and the first routing iteration's softmax of zero
-    logits; a third finds nothing more in the shipped graphs."""
-    with tempfile.TemporaryDirectory() as tmp:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.add_free_dimension_override_by_name(contract.BATCH, batch)
-        options.optimized_model_filepath = str(Path(tmp) / "folded.onnx")
-        model: str | bytes = str(graph)
-        nodes = None
-        while True:
-            ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-            model = Path(options.optimized_model_filepath).read_bytes()
-            if (count := node_count(model)) == nodes:
-                return model
-            nodes = count
-
-
-def node_count(model: bytes) -> int:
-    """The nodes of a serialized ONNX graph (its main graph's)."""
-    import onnx
-
-    return len(onnx.load_model_from_string(model).graph.node)
 
 
 PLACED = re.compile(r"(?:Node\(s\)|All nodes) placed on \[(\w+)\]")
@@ -162,27 +132,14 @@ def binding(sess: ort.InferenceSession, x: np.ndarray, device: str) -> Callable[
 
 
 def fixed_batch(graph: bytes, provider: str, x: np.ndarray) -> Callable[[], list[np.ndarray]]:
-    """session.run of folded(graph, len(x)) on provider."""
+    """session.run of the graph folded for x's batch (fold) on provider."""
     return plain(session(graph, provider), x)
 
 
-def cuda_graph(graph: bytes, x: np.ndarray, like: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
-    """A session of the folded graph of x's batch (a captured graph has one shape), on fixed device buffers
-    shaped as plain run's outputs `like`; the first call captures the graph."""
-    sess = session(graph, "CUDAExecutionProvider", cuda_graph=True)
-    x_on = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
-    outs = [ort.OrtValue.ortvalue_from_shape_and_type(y.shape, y.dtype.type, "cuda", 0) for y in like]
-    io = sess.io_binding()
-    io.bind_ortvalue_input(contract.IMAGE, x_on)
-    for name, out in zip(NAMES, outs, strict=True):
-        io.bind_ortvalue_output(name, out)
-
-    def step() -> list[np.ndarray]:
-        x_on.update_inplace(x)
-        sess.run_with_iobinding(io)
-        return io.copy_outputs_to_cpu()
-
-    return step
+def cuda_graph(graph: Path, x: np.ndarray, provider: str) -> Callable[[], list[np.ndarray]]:
+    """app/cuda_graph.py's replay of x's batch, as the engine runs a single image (the first runs capture it)."""
+    replay = CudaGraph(graph, NAMES, (provider, PROVIDER_OPTIONS.get(provider, {})), len(x))
+    return lambda: replay.run(x)
 
 
 def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[dict]:
@@ -193,13 +150,13 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
         x = rng.random((batch, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
         ms, expected = timed(plain(base, x), runs)
         rows.append({"batch": batch, "variant": "run", "p50_ms": ms, "max_abs_diff": 0.0})
-        fixed = folded(graph, batch)
+        fixed = fold(graph, batch)
         variants = {
             "binding": partial(binding, base, x, device_of(provider)),
             "fixed batch": partial(fixed_batch, fixed, provider, x),
         }
         if provider == "CUDAExecutionProvider":
-            variants["cuda graph"] = partial(cuda_graph, fixed, x, expected)
+            variants["cuda graph"] = partial(cuda_graph, graph, x, provider)
         for variant, make in variants.items():
             try:
                 ms, got = timed(make(), runs)

@@ -13,7 +13,9 @@ of /predict (the full answer; include= with the default preprocessing and with p
 the no-op and of GET /health. Then the service on its default settings (`python -m app`, mnist: a
 worker per core, their threads) beside the fifteen-line template a user would write
 (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), both up at once and loaded in
-turn at one client and at the most: the rows the targets read. Last, the real `python -m app` (mnist)
+turn at one client and at the most: the rows the targets read; on CUDA (or with --cuda-graph) the
+default service with CAPSNET_CUDA_GRAPH=1 beside them (rows `cuda graph`: a single image replayed as
+a CUDA graph, app/cuda_graph.py). Last, the real `python -m app` (mnist)
 with 1, 2, ... worker processes (CAPSNET_WORKERS, its default threads),
 all running at once and loaded in turn, /predict?include= and the full answer at the most clients, beside
 the bare model's batch-64 images/s; and the same app on Ray Serve with 1, 2, ... replicas (with the `ray`
@@ -168,20 +170,28 @@ DEFAULT_CASES = (  # the default service's rows: /predict as the targets name it
 )
 
 
-def bench_default_and_template(clients_list, seconds: float, body: Path, server_cpus: set[int]) -> list[dict]:
+def bench_default_and_template(
+    clients_list, seconds: float, body: Path, server_cpus: set[int], cuda_graph: bool = False
+) -> list[dict]:
     """`python -m app` on its default settings (mnist) and the template, both up at once on the server's
-    cores, each loaded in turn at each number of clients: rows `default` and `template`."""
-    app_port, template_port = free_port(), free_port()
-    service = start_api(app_port, {"CAPSNET_MODELS": "mnist"}, cpus=server_cpus)
+    cores, each loaded in turn at each number of clients: rows `default` and `template`; with cuda_graph, the
+    default service with CAPSNET_CUDA_GRAPH=1 beside them too (rows `cuda graph`: /predict)."""
+    services = {"default": (free_port(), {"CAPSNET_MODELS": "mnist"})}
+    if cuda_graph:
+        services["cuda graph"] = (free_port(), {"CAPSNET_MODELS": "mnist", "CAPSNET_CUDA_GRAPH": "1"})
+    apps = {name: start_api(port, env, cpus=server_cpus) for name, (port, env) in services.items()}
+    template_port = free_port()
     template = start_template(template_port, server_cpus)
     rows = []
     try:
         wait_ready(f"http://{HOST}:{template_port}", template, "/openapi.json")
         if len(server_cpus) > 1:  # the default: a worker per core it may use
-            wait_for_workers(f"http://{HOST}:{app_port}", len(server_cpus))
+            for port, _ in services.values():
+                wait_for_workers(f"http://{HOST}:{port}", len(server_cpus))
         for clients in clients_list:
             cases = [("template", template_port, "/predict", "-", "")]
-            cases += [("default", app_port, path, include, query) for path, include, query in DEFAULT_CASES]
+            for name, (port, _) in services.items():
+                cases += [(name, port, *case) for case in DEFAULT_CASES if name == "default" or case[0] != "/health"]
             for batching, port, path, include, query in cases:
                 url, sent = f"http://{HOST}:{port}{path}{query}", None if path == "/health" else body
                 hey(url, sent, 1, 0.5)  # warm-up
@@ -190,7 +200,7 @@ def bench_default_and_template(clients_list, seconds: float, body: Path, server_
                 rows.append({**row, **(figures or loaded(f"http://{HOST}:{port}", path, url, sent, clients, seconds))})
                 print(json.dumps(rows[-1]), flush=True)
     finally:
-        for process in (service, template):
+        for process in (*apps.values(), template):
             process.terminate()
             process.wait(60)
     return rows
@@ -411,6 +421,9 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> 
     if on_gpu:
         p50 = row("default", "/predict", "none", 1)["p50_ms"]
         out.append(target("?include= p50 at 1 client on the GPU, ms", p50, "< 2", p50 < 2))
+        p50 = row("cuda graph", "/predict", "none", 1)["p50_ms"]
+        figure = "?include= p50 at 1 client on the GPU, a single image replayed as a CUDA graph, ms"
+        out.append(target(figure, p50, "< 2", p50 < 2))
     return out
 
 
@@ -422,6 +435,11 @@ def main(argv=None) -> dict:
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)))
     p.add_argument("--workers", default="1,2", help="worker processes of the `python -m app` rows, comma list")
     p.add_argument("--replicas", default="1,2", help="Ray Serve replicas of its rows, comma list (empty: none)")
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="also the default service with CAPSNET_CUDA_GRAPH=1 (rows `cuda graph`), as on CUDA always",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "serve_bench.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
     if args.serve is not None:
@@ -442,7 +460,8 @@ def main(argv=None) -> dict:
             server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body, server_cpus)
             rows, bares = rows + server_rows, [*bares, bare]
         top_and_one = sorted({1, max(clients)})
-        rows += bench_default_and_template(top_and_one, args.seconds, body, server_cpus)
+        cuda_graph = args.cuda_graph or providers[0] == "CUDAExecutionProvider"
+        rows += bench_default_and_template(top_and_one, args.seconds, body, server_cpus, cuda_graph)
         workers = [int(w) for w in args.workers.split(",")]
         worker_rows = bench_workers(workers, max(clients), args.seconds, body, server_cpus)
         replicas = [int(n) for n in args.replicas.split(",") if n]

@@ -12,7 +12,7 @@ from benchmarks import serve_bench
 @pytest.mark.skipif(shutil.which("hey") is None, reason="needs the load generator hey (apt-get install hey)")
 def test_serve_bench_writes_its_report(tmp_path):
     out = str(tmp_path / "serve.json")  # the Ray Serve rows are ray_serve_bench's, smoke-tested beside this
-    args = ["--seconds", "0.3", "--clients", "1,2", "--workers", "1,2", "--replicas", "", "--out", out]
+    args = ["--seconds", "0.3", "--clients", "1,2", "--workers", "1,2", "--replicas", "", "--cuda-graph", "--out", out]
     report = serve_bench.main(args)
     rows = json.loads((tmp_path / "serve.json").read_text())["rows"]
     cases = (
@@ -26,7 +26,7 @@ def test_serve_bench_writes_its_report(tmp_path):
         (b, e, i, c) for b in ("on", "off") for c in (1, 2) for e, i in cases
     } | {("template", "/predict", "-", c) for c in (1, 2)} | {
         ("default", e, i, c) for c in (1, 2) for e, i in cases if e != "no-op"
-    }
+    } | {("cuda graph", "/predict", i, c) for c in (1, 2) for e, i in cases if e == "/predict"}
     assert all(r["requests"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 for r in rows)
     assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict" and r["batching"] != "template")
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
@@ -38,7 +38,7 @@ def test_serve_bench_writes_its_report(tmp_path):
     assert all(r["rps"] > 0 and len(r["rps_rounds"]) == serve_bench.ROUNDS for r in workers)
     assert report["ray"] == []
     figures = {t["figure"]: t for t in report["targets"]}  # every figure with a target
-    assert len(figures) == 9 + (report["providers"][0] != "CPUExecutionProvider") and all(
+    assert len(figures) == 9 + 2 * (report["providers"][0] != "CPUExecutionProvider") and all(
         t["met"] in (True, False, None) and t["target"] for t in figures.values()
     )
     assert "?include= req/s at 2 clients / bare batch-64 images/s" in figures
