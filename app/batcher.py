@@ -73,6 +73,8 @@ class DynamicBatcher:
         max_queue: most jobs waiting; beyond it `submit` raises QueueFullError.
         deadline: seconds a job may wait for its outputs, queue included; beyond it `submit` raises
             DeadlineError (None: no deadline).
+        on_start: run on the batching thread before its first job (what must happen on the thread that runs
+            the batches: capturing a CUDA graph); `start` returns once it has.
     """
 
     def __init__(
@@ -84,8 +86,9 @@ class DynamicBatcher:
         max_queue: int,
         metrics: EngineMetrics | None = None,
         deadline: float | None = None,
+        on_start: Callable[[], None] | None = None,
     ):
-        self.run_batch, self.name, self.deadline = run_batch, name, deadline
+        self.run_batch, self.name, self.deadline, self.on_start = run_batch, name, deadline, on_start
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.metrics = metrics
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -93,9 +96,12 @@ class DynamicBatcher:
         self._last_size = 1
         self._closed = False  # close() was called: jobs are refused, none would be run
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
+        self._started = threading.Event()
 
     def start(self) -> None:
+        """Start the batching thread; return once its on_start has run."""
         self._thread.start()
+        self._started.wait()
 
     @property
     def native_id(self) -> int | None:
@@ -164,6 +170,13 @@ class DynamicBatcher:
         return jobs
 
     def _loop(self) -> None:
+        try:
+            if self.on_start is not None:
+                self.on_start()
+        except Exception:  # the batches still run
+            log.exception("%s: its start failed", self.name)
+        finally:
+            self._started.set()
         while (jobs := self._gather()) is not None:
             jobs = [job for job in jobs if not job.future.cancelled()]  # drop those whose request is over
             if jobs:

@@ -20,20 +20,20 @@ from model import contract
 FOLDING_PASSES = 5  # at most; the shipped graphs stop changing after two
 
 
-def fold(graph: Path, batch: int) -> bytes:
-    """graph (an ONNX file) with its batch axis fixed to `batch` and its constants folded until nothing more
-    folds: ONNX Runtime's basic optimiser (provider-independent, run on the CPU), its result fed back to it
-    until it stops changing. The first pass folds the shape arithmetic that the fixed batch makes constant;
-    the second folds what the first could not see as constant yet (the exporter's CastLike nodes, which it
-    inlines as Casts of constants after folding, the Range they feed, and the first routing iteration's
-    softmax of zero logits); a third changes nothing in the shipped graphs."""
+def fold(graph: Path | bytes, batch: int) -> bytes:
+    """graph (an ONNX file, or its bytes) with its batch axis fixed to `batch` and its constants folded until
+    nothing more folds: ONNX Runtime's basic optimiser (provider-independent, run on the CPU), its result fed
+    back to it until it stops changing. The first pass folds the shape arithmetic that the fixed batch makes
+    constant; the second folds what the first could not see as constant yet (the exporter's CastLike nodes,
+    which it inlines as Casts of constants after folding, the Range they feed, and the first routing
+    iteration's softmax of zero logits); a third changes nothing in the shipped graphs."""
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # the optimiser's warnings about CastLike, as app/engine.py
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.add_free_dimension_override_by_name(contract.BATCH, batch)
         options.optimized_model_filepath = str(Path(tmp) / "folded.onnx")
-        model: str | bytes = str(graph)
+        model = graph if isinstance(graph, bytes) else str(graph)
         for _ in range(FOLDING_PASSES):
             ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
             folded = Path(options.optimized_model_filepath).read_bytes()
@@ -44,43 +44,46 @@ def fold(graph: Path, batch: int) -> bytes:
 
 
 class CudaGraph:
-    """A batch's run of graph on fixed buffers of the provider's device: the graph folded for that batch size,
-    its input and every output bound to buffers that never move (the outputs `names` copied back), replayed
-    as a CUDA graph (`capture`, on CUDA; without it the same bound run, which is how the CPU tests it). ONNX
-    Runtime captures the graph on the first runs and raises from the session or its first run when it cannot
-    (a node on the CPU). Not thread-safe: one thread runs it (an engine's batcher).
+    """Runs of a graph of one batch size (fold's) on fixed buffers of the provider's device: its input and every
+    output bound to buffers that never move (the outputs `names` copied back), replayed as a CUDA graph
+    (`capture`, on CUDA; without it the same bound runs, which is how the CPU tests them). ONNX Runtime keeps
+    a CUDA graph per thread and captures it on that thread's first runs, raising from one of them when it
+    cannot (a node on the CPU): one thread runs it, and nothing else of the process may run on the GPU while
+    it captures.
 
     Args:
-        graph: the CapsNet ONNX file.
+        model: the serialized graph, its batch axis fixed (fold).
         names: the outputs to fetch (contract.CAPSNET_OUTPUTS).
         provider: an execution provider's name, and its options.
-        batch: the images of every run (an engine's: 1).
         capture: enable_cuda_graph (CUDA only).
     """
 
-    def __init__(self, graph: Path, names: list[str], provider: tuple[str, dict], batch: int = 1, capture: bool = True):
+    def __init__(self, model: bytes, names: list[str], provider: tuple[str, dict], capture: bool = True):
         name, options = provider
         if capture:
             options = {**options, "enable_cuda_graph": "1"}
         settings = ort.SessionOptions()
-        settings.log_severity_level = 3
-        self.session = ort.InferenceSession(fold(graph, batch), settings, providers=[(name, options)])
+        settings.log_severity_level = 2 if capture else 3  # on a GPU, the nodes it leaves on the CPU are warned of
+        self.session = ort.InferenceSession(model, settings, providers=[(name, options)])
+        if (used := self.session.get_providers()[0]) != name:  # ONNX Runtime fell back to another provider
+            raise RuntimeError(f"{name} could not start this session; ONNX Runtime runs it on {used}")
+        self._on_device = name != "CPUExecutionProvider"
         device = "cuda" if name == "CUDAExecutionProvider" else "cpu"
         image = self.session.get_inputs()[0]
         self._input = ort.OrtValue.ortvalue_from_shape_and_type(image.shape, np.float32, device, 0)
         self._binding = self.session.io_binding()
         self._binding.bind_ortvalue_input(contract.IMAGE, self._input)
-        outputs = self.session.get_outputs()
-        for output in outputs:  # every output on a fixed buffer, so that no run allocates one
-            buffer = ort.OrtValue.ortvalue_from_shape_and_type(output.shape, np.float32, device, 0)
-            self._binding.bind_ortvalue_output(output.name, buffer)
-        order = [output.name for output in outputs]
-        self._fetched = [order.index(name) for name in names]
+        outputs = {}
+        for output in self.session.get_outputs():  # every output on a fixed buffer, so that no run allocates one
+            outputs[output.name] = ort.OrtValue.ortvalue_from_shape_and_type(output.shape, np.float32, device, 0)
+            self._binding.bind_ortvalue_output(output.name, outputs[output.name])
+        self._fetched = [outputs[name] for name in names]
 
     def run(self, images: np.ndarray) -> list[np.ndarray]:
-        """images (batch, 1, size, size) float32 -> the outputs `names`, copied to numpy (a replay overwrites
-        the buffers)."""
+        """images (batch, 1, size, size) float32 -> the outputs `names` as numpy arrays of their own (a replay
+        overwrites the buffers)."""
         self._input.update_inplace(np.ascontiguousarray(images, np.float32))
         self.session.run_with_iobinding(self._binding)
-        outputs = self._binding.copy_outputs_to_cpu()
-        return [outputs[i] for i in self._fetched]
+        if self._on_device:  # numpy() copies a device's buffer to the host
+            return [value.numpy() for value in self._fetched]
+        return [value.numpy().copy() for value in self._fetched]  # numpy() of a CPU buffer is a view of it

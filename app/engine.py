@@ -27,7 +27,7 @@ import onnxruntime as ort
 from app import memory
 from app.batcher import DynamicBatcher
 from app.cores import Board, this_worker
-from app.cuda_graph import CudaGraph
+from app.cuda_graph import CudaGraph, fold
 from app.metrics import EngineMetrics
 from app.settings import Settings
 from model import contract
@@ -161,7 +161,12 @@ class Engine:
         wait = settings.max_wait_ms / 1000
         deadline = settings.request_deadline_s
         batching = (settings.max_batch, wait, settings.max_queue, metrics, deadline)
-        self._capsnet_batcher = DynamicBatcher(partial(self._run_capsnet, names=self.output_names), name, *batching)
+        self._capsnet_batcher = DynamicBatcher(
+            partial(self._run_capsnet, names=self.output_names),
+            name,
+            *batching,
+            on_start=self._capture_cuda_graph if self.capsnet_graph is not None else None,
+        )
         # Requests for the iterations (N x R x primary x classes) are batched apart, on the same session,
         # so that a plain request never fetches them
         self._iterations_batcher = (
@@ -213,16 +218,28 @@ class Engine:
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
     def _cuda_graph(self) -> CudaGraph | None:
-        """The CUDA graph of a single image's run, or None (and why, logged) where there is none."""
-        name, options = self._providers[0] if isinstance(self._providers[0], tuple) else (self._providers[0], {})
-        if name != "CUDAExecutionProvider":
-            log.info("model %s: cuda_graph is set but the model runs on %s: no CUDA graph", self.name, name)
+        """The CUDA graph of a single image's run (captured by _capture_cuda_graph), or None (and why, logged)
+        where there is none."""
+        provider = self.capsnet.get_providers()[0]
+        if provider != "CUDAExecutionProvider":
+            log.info("model %s: cuda_graph is set but the model runs on %s: no CUDA graph", self.name, provider)
             return None
         try:
-            return CudaGraph(self.directory / self.capsnet_file, self.output_names, (name, options))
+            model = fold(self.directory / self.capsnet_file, 1)
+            return CudaGraph(model, self.output_names, (provider, PROVIDER_OPTIONS[provider]))
         except Exception as exc:  # ONNX Runtime refuses a capture while a node runs on the CPU
             self._no_cuda_graph(exc)
             return None
+
+    def _capture_cuda_graph(self) -> None:
+        """On the CapsNet batcher's thread, as it starts: ONNX Runtime keeps a CUDA graph per thread, and captures
+        it on a session's first runs, which nothing else may run on the GPU meanwhile (Engines.start)."""
+        one = np.zeros((1, 1, self.size, self.size), np.float32)
+        try:
+            for _ in range(CUDA_GRAPH_WARM_RUNS):
+                self.capsnet_graph.run(one)  # type: ignore[union-attr]  # on_start only when there is one
+        except Exception as exc:
+            self._no_cuda_graph(exc)
 
     def _no_cuda_graph(self, why: Exception) -> None:
         log.warning("model %s: no CUDA graph, single images run as batches do: %s", self.name, why)
@@ -281,8 +298,15 @@ class Engine:
         """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run; a single
         image of a plain request replayed as a CUDA graph (capsnet_graph), else, the server's only request, on
         every core (capsnet_wide)."""
-        if self.capsnet_graph is not None and len(images) == 1 and names == self.output_names and self.ready:
-            return self.capsnet_graph.run(images)
+        graph = self.capsnet_graph
+        if graph is not None and len(images) == 1 and names == self.output_names and self.ready:  # its batcher's
+            try:
+                outputs = graph.run(images)
+                if self.metrics:
+                    self.metrics.graph_replays.labels(self.name).inc()
+                return outputs
+            except Exception as exc:  # a replay that fails: plain runs from now on
+                self._no_cuda_graph(exc)
         rows = self.run_rows or len(images)
         session, wide, board = self.capsnet, self.capsnet_wide, self.board
         if wide is not None and board is not None and len(images) == 1 and self.ready and board.alone():
@@ -341,20 +365,14 @@ class Engine:
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """Run both graphs at batch 1 and at their largest batch (the wide session and the CUDA graph at batch 1),
-        then mark the engine ready."""
+        """Run both graphs at batch 1 and at their largest batch (the wide session at batch 1), then mark the
+        engine ready."""
         capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
-        one = np.zeros((1, 1, self.size, self.size), np.float32)
         if self.capsnet_wide is not None:
+            one = np.zeros((1, 1, self.size, self.size), np.float32)
             self.capsnet_wide.run(self.every_output, {contract.IMAGE: one})
-        if self.capsnet_graph is not None:
-            try:  # ONNX Runtime's first runs of it capture the graph (or find that it cannot)
-                for _ in range(CUDA_GRAPH_WARM_RUNS):
-                    self.capsnet_graph.run(one)
-            except Exception as exc:
-                self._no_cuda_graph(exc)
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         memory.release_freed_heap()
@@ -364,11 +382,13 @@ class Engine:
         replayed = "; a single image replays a CUDA graph" if self.capsnet_graph is not None else ""
         log.info("model %s: warm-up done; ready on %s%s", self.name, self.providers, replayed)
 
-    def start(self) -> None:
-        """Start the batchers and, unless already warm, warm up on a background thread (GET /ready
-        says when done)."""
+    def start_batchers(self) -> None:
+        """Start the batchers (the CapsNet one captures the CUDA graph first, when there is one)."""
         for batcher in self._batchers:
             batcher.start()
+
+    def start_warm_up(self) -> None:
+        """Unless already warm, warm up on a background thread (GET /ready says when done)."""
         if not self.ready:
             self.state = "warming up"
             self._warmer.start()
@@ -445,8 +465,12 @@ class Engines:
                 raise ModelLoadError(f"model {engine.name} ({engine.directory}): warm-up failed: {exc}") from exc
 
     def start(self) -> None:
+        """Every engine's batchers, one engine after another, then the warm-ups of those not warm yet: a CUDA
+        graph is captured as its batcher starts, while nothing else of this process runs on the GPU."""
         for engine in self:
-            engine.start()
+            engine.start_batchers()
+        for engine in self:
+            engine.start_warm_up()
 
     def thread_ids(self) -> list[int]:
         """The kernel's ids of every started batcher's thread."""

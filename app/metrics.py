@@ -23,8 +23,9 @@ SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
 
 
 class EngineMetrics:
-    """What the batcher records (how big the batches are and how long they take) and how many runs the
-    engine gave every core (a request alone on the server, app/cores.py)."""
+    """What the batcher records (how big the batches are and how long they take), how many runs the engine
+    gave every core (a request alone on the server, app/cores.py) and how many it replayed as a CUDA graph
+    (app/cuda_graph.py)."""
 
     def __init__(self, registry: CollectorRegistry):
         self.batch_size = Histogram(
@@ -51,6 +52,12 @@ class EngineMetrics:
         self.lone_runs = Counter(
             "capsnet_lone_runs",
             "Images of a request alone on the server, run on every core",
+            ["model"],
+            registry=registry,
+        )
+        self.graph_replays = Counter(
+            "capsnet_graph_replays",
+            "Single images run as a replayed CUDA graph (CAPSNET_CUDA_GRAPH)",
             ["model"],
             registry=registry,
         )

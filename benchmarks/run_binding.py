@@ -9,8 +9,7 @@ $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 -
                copied back to numpy after the run (the host needs them to write the answer)
   fixed batch  session.run of app/cuda_graph.py's fold(): the graph with its batch axis fixed to the
                batch's size, its constants folded by ONNX Runtime's basic optimiser until nothing more
-               folds; at batch 1, 102 nodes where one pass of the basic optimiser leaves 123 with the axis
-               free. On a GPU each node is a kernel launch.
+               folds (the report gives each graph's nodes; on a GPU each node is a kernel launch).
   cuda graph   (CUDA only) app/cuda_graph.py's CudaGraph, as the engine replays a single image
                (Settings.cuda_graph): the provider's enable_cuda_graph on the same folded graph (a captured
                graph has one shape), input and outputs bound to fixed device buffers, the graph captured after
@@ -102,6 +101,15 @@ def read_placements(log: list[str]) -> dict[str, list[str]]:
     return placed
 
 
+def off_provider(graph: bytes, provider: str) -> dict[str, list[str]]:
+    """The nodes of graph that ONNX Runtime places on another provider than `provider`, by provider; what
+    prevents reading its log, instead of them."""
+    try:
+        return {other: nodes for other, nodes in placements(graph, provider).items() if other != provider}
+    except Exception as exc:
+        return {"unread": [" ".join(str(exc).split())]}
+
+
 def timed(step: Callable[[], list[np.ndarray]], runs: int) -> tuple[float, list[np.ndarray]]:
     """The median ms of `runs` calls of step after warm-up (a CUDA graph is captured there), and its outputs."""
     outputs = step()
@@ -136,38 +144,58 @@ def fixed_batch(graph: bytes, provider: str, x: np.ndarray) -> Callable[[], list
     return plain(session(graph, provider), x)
 
 
-def cuda_graph(graph: Path, x: np.ndarray, provider: str) -> Callable[[], list[np.ndarray]]:
-    """app/cuda_graph.py's replay of x's batch, as the engine runs a single image (the first runs capture it)."""
-    replay = CudaGraph(graph, NAMES, (provider, PROVIDER_OPTIONS.get(provider, {})), len(x))
+def cuda_graph(graph: bytes, x: np.ndarray, provider: str) -> Callable[[], list[np.ndarray]]:
+    """app/cuda_graph.py's replay of the graph folded for x's batch, as the engine runs a single image (the first
+    runs capture it, on this thread, which runs it from then on)."""
+    replay = CudaGraph(graph, NAMES, (provider, PROVIDER_OPTIONS.get(provider, {})))
     return lambda: replay.run(x)
+
+
+def node_count(model: Path | bytes) -> int:
+    """The nodes of a graph after one pass of ONNX Runtime's basic optimiser."""
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(Path(tmp) / "once.onnx")
+        graph = model if isinstance(model, bytes) else str(model)
+        ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        return len(onnx.load(options.optimized_model_filepath).graph.node)
 
 
 def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[dict]:
     rows = []
     base = session(graph, provider)
     rng = np.random.default_rng(0)
+    free_nodes = node_count(graph)
     for batch in batches:
         x = rng.random((batch, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
         ms, expected = timed(plain(base, x), runs)
-        rows.append({"batch": batch, "variant": "run", "p50_ms": ms, "max_abs_diff": 0.0})
+        rows.append({"batch": batch, "variant": "run", "nodes": free_nodes, "p50_ms": ms, "max_abs_diff": 0.0})
         fixed = fold(graph, batch)
+        folded_nodes = node_count(fixed)
+        nodes = {"run": free_nodes, "binding": free_nodes, "fixed batch": folded_nodes, "cuda graph": folded_nodes}
         variants = {
             "binding": partial(binding, base, x, device_of(provider)),
             "fixed batch": partial(fixed_batch, fixed, provider, x),
         }
         if provider == "CUDAExecutionProvider":
-            variants["cuda graph"] = partial(cuda_graph, graph, x, provider)
+            variants["cuda graph"] = partial(cuda_graph, fixed, x, provider)
         for variant, make in variants.items():
             try:
                 ms, got = timed(make(), runs)
             except Exception as exc:  # ONNX Runtime's refusal is the finding
-                row = {"batch": batch, "variant": variant, "p50_ms": None, "error": " ".join(str(exc).split())}
-                if variant == "cuda graph":  # and the nodes it keeps off the GPU
-                    row["placed_off"] = {p: nodes for p, nodes in placements(fixed, provider).items() if p != provider}
+                error = " ".join(str(exc).split())
+                row = {"batch": batch, "variant": variant, "nodes": nodes[variant], "p50_ms": None, "error": error}
+                if variant == "cuda graph":  # and the nodes it keeps off the GPU, where its log says
+                    row["placed_off"] = off_provider(fixed, provider)
                 rows.append(row)
                 continue
             diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))
-            rows.append({"batch": batch, "variant": variant, "p50_ms": ms, "max_abs_diff": diff})
+            row = {"batch": batch, "variant": variant, "nodes": nodes[variant], "p50_ms": ms, "max_abs_diff": diff}
+            rows.append(row)
     return rows
 
 
@@ -175,16 +203,18 @@ def markdown(report: dict) -> str:
     lines = [
         f"# session.run, I/O binding, a folded graph and CUDA graphs ({report['device']}, {report['provider']})",
         "",
-        f"{report['when']}; {report['graph']}, median of {report['runs']} runs after warm-up.",
+        f"{report['when']}; {report['graph']}, median of {report['runs']} runs after warm-up. nodes: the graph's "
+        "after one pass of ONNX Runtime's basic optimiser (the folded graph's: after every pass).",
         "",
-        "| batch | variant | p50 ms | max abs diff from run |",
-        "|---:|---|---:|---:|",
+        "| batch | variant | nodes | p50 ms | max abs diff from run |",
+        "|---:|---|---:|---:|---:|",
     ]
     for row in report["rows"]:
         figure = row["p50_ms"] if row["p50_ms"] is not None else f"refused: {row['error'][:160]}"
         if row.get("placed_off"):
             figure += "; placed off it: " + "; ".join(f"{p}: {', '.join(n)}" for p, n in row["placed_off"].items())
-        lines.append(f"| {row['batch']} | {row['variant']} | {figure} | {row.get('max_abs_diff', '')} |")
+        cells = [row["batch"], row["variant"], row["nodes"], figure, row.get("max_abs_diff", "")]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 
 

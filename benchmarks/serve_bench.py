@@ -116,9 +116,9 @@ def get(url: str) -> bytes:
         return response.read()
 
 
-def batches_run(base: str) -> tuple[int, float]:
-    """How many batches the server's default model has run so far, and their session.run seconds in all
-    (GET /metrics)."""
+def batches_run(base: str) -> tuple[int, float, int]:
+    """How many batches the server's default model has run so far, their session.run seconds in all, and how
+    many of them were single images replayed as a CUDA graph (GET /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = get(f"{base}/metrics").decode()
@@ -128,12 +128,13 @@ def batches_run(base: str) -> tuple[int, float]:
         for s in family.samples
         if s.labels.get("model") == "mnist"
     }
-    return int(samples.get("capsnet_batch_size_count", 0)), samples.get("capsnet_inference_seconds_sum", 0.0)
+    batches, seconds = int(samples.get("capsnet_batch_size_count", 0)), samples.get("capsnet_inference_seconds_sum", 0)
+    return batches, seconds, int(samples.get("capsnet_graph_replays_total", 0))
 
 
 def loaded(base: str, path: str, url: str, body: Path | None, clients: int, seconds: float) -> dict:
-    """hey's figures for `url`; for /predict also the mean batch and the mean session.run of the batches that
-    the server at `base` ran meanwhile (its /metrics)."""
+    """hey's figures for `url`; for /predict also the mean batch, the mean session.run of the batches that the
+    server at `base` ran meanwhile and how many of them it replayed as a CUDA graph (its /metrics)."""
     before = batches_run(base)
     result = hey(url, body, clients, seconds)
     after = batches_run(base)
@@ -141,6 +142,7 @@ def loaded(base: str, path: str, url: str, body: Path | None, clients: int, seco
     if path == "/predict" and batches:
         result["mean_batch"] = round(result["requests"] / batches, 2)
         result["run_ms"] = round(1000 * (after[1] - before[1]) / batches, 3)  # session.run there, mean
+        result["replayed"] = after[2] - before[2]
     return result
 
 
@@ -331,15 +333,18 @@ def markdown(report: dict) -> str:
         f"Bare session.run (the server's session, in the server process): batch 1 p50 {bare['batch_1_p50_ms']} ms; "
         f"batch {BATCH} p50 {bare[f'batch_{BATCH}_p50_ms']} ms ({bare[f'batch_{BATCH}_images_per_s']} images/s).",
         "",
-        "run ms: the mean session.run of the row's batches in the server (its /metrics), beside the bare one.",
+        "run ms: the mean session.run of the row's batches in the server (its /metrics), beside the bare one; "
+        "replayed: how many of them were single images replayed as a CUDA graph.",
         "",
-        "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch | run ms |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| batching | endpoint | include | clients | requests | p50 ms | p99 ms | req/s | mean batch | run ms "
+        "| replayed |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         lines.append(
             f"| {r['batching']} | {r['endpoint']} | {r['include']} | {r['clients']} | {r['requests']} | "
-            f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} | {r.get('run_ms', '')} |"
+            f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} | {r.get('run_ms', '')} | "
+            f"{r.get('replayed', '')} |"
         )
     images_per_s = bare[f"batch_{BATCH}_images_per_s"]
     lines += [
@@ -421,9 +426,11 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> 
     if on_gpu:
         p50 = row("default", "/predict", "none", 1)["p50_ms"]
         out.append(target("?include= p50 at 1 client on the GPU, ms", p50, "< 2", p50 < 2))
-        p50 = row("cuda graph", "/predict", "none", 1)["p50_ms"]
-        figure = "?include= p50 at 1 client on the GPU, a single image replayed as a CUDA graph, ms"
-        out.append(target(figure, p50, "< 2", p50 < 2))
+    if on_gpu and any(r["batching"] == "cuda graph" for r in rows):
+        replay = row("cuda graph", "/predict", "none", 1)
+        replayed = replay.get("replayed", 0)
+        figure = f"?include= p50 at 1 client on the GPU, {replayed} single images replayed as a CUDA graph, ms"
+        out.append(target(figure, replay["p50_ms"], "< 2", replay["p50_ms"] < 2 and replayed > 0))
     return out
 
 

@@ -135,6 +135,25 @@ def test_a_closed_batcher_refuses_jobs_at_once():
         asyncio.run(asyncio.wait_for(b.submit(np.ones((1, 3), np.float32)), 5))
 
 
+def test_on_start_runs_on_the_batching_thread_before_start_returns():
+    """What must happen on the thread that runs the batches (a CUDA graph's capture) happens before the first
+    job; a start that fails is logged and the batches still run."""
+    seen = []
+    model = FakeModel()
+
+    def on_start():
+        time.sleep(0.05)  # start() waits for it
+        seen.append(threading.get_ident())
+
+    b = batcher(model, on_start=on_start)
+    assert seen == [b._thread.ident]
+    b.close()
+    failing = batcher(model, on_start=lambda: 1 / 0)
+    out = asyncio.run(asyncio.wait_for(failing.submit(np.ones((1, 3), np.float32)), 5))
+    failing.close()
+    np.testing.assert_array_equal(out[0], np.full((1, 3), 2.0))
+
+
 def test_max_batch_is_respected_and_big_jobs_run_alone():
     model = FakeModel()
     b = batcher(model, max_batch=4)

@@ -1,7 +1,10 @@
 """A single image replayed as a CUDA graph (app/cuda_graph.py), tested on the CPU: the graph folded for batch 1,
-the run on fixed buffers (what ONNX Runtime captures on CUDA), and which runs an engine sends through it."""
+the runs on fixed buffers (what ONNX Runtime captures on CUDA), and which runs an engine sends through it, on
+which thread."""
 
+import asyncio
 import logging
+import threading
 
 import numpy as np
 import onnx
@@ -28,42 +31,24 @@ def images(mnist_fixture) -> np.ndarray:
     return mnist_fixture[0][:2, None].astype(np.float32) / 255
 
 
-def test_one_pass_of_the_optimiser_leaves_shape_arithmetic(tmp_path):
-    """Why fold fixes the batch and passes again: ONNX Runtime's basic optimiser (which runs before a provider
-    takes the nodes) folds Shape and ConstantOfShape only with the batch fixed, and leaves a Range on
-    constants that the exporter's CastLike hid from it."""
-
-    def ops(batch: int | None) -> set[str]:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.optimized_model_filepath = str(tmp_path / f"{batch}.onnx")
-        if batch is not None:
-            options.add_free_dimension_override_by_name(contract.BATCH, batch)
-        ort.InferenceSession(str(GRAPH), options, providers=["CPUExecutionProvider"])
-        return {node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node}
-
-    assert {"Shape", "ConstantOfShape", "Range"} <= ops(None)
-    assert "Range" in ops(1) and not {"Shape", "ConstantOfShape"} & ops(1)
-
-
 def test_the_folded_graph_has_no_shape_arithmetic_and_the_same_outputs(images):
     """ONNX Runtime's basic optimiser, fed its own result until nothing changes, leaves at batch 1 none of the
     nodes its CUDA provider would run on the CPU, and the first routing iteration's softmax of zero logits is
-    a constant."""
+    a constant; one more pass changes nothing."""
     model = fold(GRAPH, 1)
     ops = [node.op_type for node in onnx.load_model_from_string(model).graph.node]
     assert not {"Shape", "ConstantOfShape", "Range"} & set(ops)
     assert ops.count("Softmax") == 2  # of the 3 routing iterations
+    assert fold(model, 1) == model
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape == [1, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE]
     for got, want in zip(session.run(NAMES, {contract.IMAGE: images[:1]}), plain(images[:1]), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)  # the same kernels; folding may reorder a float sum
 
 
-def test_a_run_on_fixed_buffers_answers_each_image_with_its_own_outputs(images):
-    """Every run overwrites the same bound buffers; what a run returned is a copy that the next one leaves alone."""
-    graph = CudaGraph(GRAPH, NAMES, CPU, capture=False)
+def test_runs_on_fixed_buffers_answer_each_image_with_its_own_outputs(images):
+    """Every run overwrites the same bound buffers; what a run returned is its own, which the next leaves alone."""
+    graph = CudaGraph(fold(GRAPH, 1), NAMES, CPU, capture=False)
     first = graph.run(images[:1])
     kept = [out.copy() for out in first]
     second = graph.run(images[1:])
@@ -76,49 +61,81 @@ def test_a_run_on_fixed_buffers_answers_each_image_with_its_own_outputs(images):
 
 
 class Spy:
-    """Counts the runs of what it wraps; `fail` makes every run raise instead, as a refused capture does."""
+    """Notes the thread of each run of what it wraps; `fail` makes every run raise instead, as a refused
+    capture does."""
 
     def __init__(self, wrapped, fail: bool = False):
-        self.wrapped, self.fail, self.runs = wrapped, fail, 0
+        self.wrapped, self.fail, self.threads = wrapped, fail, []
 
     def run(self, *args):
-        self.runs += 1
+        self.threads.append(threading.get_ident())
         if self.fail:
             raise RuntimeError("This session cannot use the graph capture feature as requested")
         return self.wrapped.run(*args)
 
 
-def test_an_engine_replays_a_single_image_of_a_plain_request_and_nothing_else(images, caplog):
+@pytest.fixture
+def replaying(monkeypatch):
+    """An engine (mnist, on the CPU) whose single images go through a Spy of a CudaGraph on the CPU, as an
+    engine on CUDA with CAPSNET_CUDA_GRAPH would have one; its CapsNet session the same fp32 graph, spied."""
+
+    def make(graph: Spy) -> Engine:
+        monkeypatch.setattr(Engine, "_cuda_graph", lambda self: graph)
+        settings = Settings(models=["mnist"], workers=1, providers=["CPUExecutionProvider"], cuda_graph=True)
+        engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
+        engine.capsnet = Spy(ort.InferenceSession(str(GRAPH), providers=["CPUExecutionProvider"]))
+        return engine
+
+    return make
+
+
+def test_an_engine_captures_and_replays_single_images_on_its_batchers_thread(replaying, images):
+    """ONNX Runtime keeps a CUDA graph per thread: it is captured on the CapsNet batcher's thread as the batcher
+    starts, and only that thread runs it, for a single image of a plain request and nothing else."""
+    graph = Spy(CudaGraph(fold(GRAPH, 1), NAMES, CPU, capture=False))
+    engine = replaying(graph)
+    engine.start_batchers()  # returns once captured
+    batcher = engine._capsnet_batcher._thread.ident
+    assert graph.threads == [batcher] * engine_module.CUDA_GRAPH_WARM_RUNS
+    engine.warm_up()  # here, on this thread: the session alone
+    assert len(graph.threads) == engine_module.CUDA_GRAPH_WARM_RUNS
+
+    async def requests():
+        one = await engine.predict(images[0, 0])
+        both = await engine.predict_many(images[:, 0])  # a batch of two: the session
+        await engine.predict(images[0, 0], iterations=True)  # what the graph does not fetch: the session
+        return one, both
+
+    try:
+        runs = len(engine.capsnet.threads)
+        one, both = asyncio.run(requests())
+    finally:
+        engine.close()
+    assert graph.threads == [batcher] * (engine_module.CUDA_GRAPH_WARM_RUNS + 1)
+    assert len(engine.capsnet.threads) == runs + 2
+    for name in NAMES:
+        np.testing.assert_allclose(one[name], both[0][name], atol=1e-5)
+
+
+def test_a_graph_that_cannot_be_captured_or_replayed_leaves_plain_runs(replaying, images, caplog):
+    engine = replaying(Spy(None, fail=True))
+    with caplog.at_level(logging.WARNING, logger=engine_module.__name__):
+        engine.start_batchers()  # its capture fails
+    assert engine.capsnet_graph is None
+    assert "no CUDA graph, single images run as batches do" in caplog.text
+    engine.warm_up()
+    engine.capsnet_graph = Spy(None, fail=True)  # a replay that fails: that image runs plainly, and every later one
+    lengths = engine._run_capsnet(images[:1], engine.output_names)[0]
+    assert lengths.shape == (1, contract.NUM_CLASSES) and engine.capsnet_graph is None
+    engine.close()
+
+
+def test_an_engine_on_the_cpu_has_no_cuda_graph(caplog):
     settings = Settings(models=["mnist"], workers=1, providers=["CPUExecutionProvider"], cuda_graph=True)
     with caplog.at_level(logging.INFO, logger=engine_module.__name__):
         engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
-    assert engine.capsnet_graph is None  # the CPU runs the model: it says so
+    assert engine.capsnet_graph is None
     assert "cuda_graph is set but the model runs on CPUExecutionProvider" in caplog.text
-    # CUDA's fp32 graph, its single images on fixed buffers as CUDA would replay them
-    graph = engine.capsnet_graph = Spy(CudaGraph(GRAPH, NAMES, CPU, capture=False))
-    engine.capsnet = Spy(ort.InferenceSession(str(GRAPH), providers=["CPUExecutionProvider"]))
-    engine.warm_up()  # the replays a capture needs, before the first request
-    assert graph.runs == engine_module.CUDA_GRAPH_WARM_RUNS
-    one = engine._run_capsnet(images[:1], engine.output_names)
-    assert graph.runs == engine_module.CUDA_GRAPH_WARM_RUNS + 1
-    runs = engine.capsnet.runs
-    both = engine._run_capsnet(images, engine.output_names)  # a batch of two: the session
-    engine._run_capsnet(images[:1], engine.every_output)  # the iterations, which the graph does not fetch
-    assert engine.capsnet.runs == runs + 2 and graph.runs == engine_module.CUDA_GRAPH_WARM_RUNS + 1
-    for single, batch in zip(one, both, strict=True):
-        np.testing.assert_allclose(single[0], batch[0], atol=1e-5)
-
-
-def test_a_graph_that_cannot_be_captured_leaves_plain_runs(images, caplog):
-    settings = Settings(models=["mnist"], workers=1, providers=["CPUExecutionProvider"])
-    engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
-    engine.capsnet_graph = Spy(None, fail=True)
-    with caplog.at_level(logging.WARNING, logger=engine_module.__name__):
-        engine.warm_up()
-    assert engine.capsnet_graph is None and engine.ready
-    assert "no CUDA graph, single images run as batches do" in caplog.text
-    lengths = engine._run_capsnet(images[:1], engine.output_names)[0]
-    assert lengths.shape == (1, contract.NUM_CLASSES)
 
 
 def test_cuda_graph_is_a_setting(monkeypatch):

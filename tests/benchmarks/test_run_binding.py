@@ -17,6 +17,7 @@ def test_run_binding_writes_its_report(tmp_path):
     assert all(row["p50_ms"] > 0 for row in rows.values())
     assert all(row["max_abs_diff"] == 0.0 for row in rows.values() if row["variant"] != "fixed batch")
     assert all(row["max_abs_diff"] < 1e-5 for row in rows.values())  # folded constants: the same kernels' floats
+    assert rows[(1, "fixed batch")]["nodes"] < rows[(1, "run")]["nodes"] == rows[(3, "binding")]["nodes"]
     assert "| 3 | binding |" in (tmp_path / "r.md").read_text()
 
 

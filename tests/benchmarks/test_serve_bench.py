@@ -29,6 +29,8 @@ def test_serve_bench_writes_its_report(tmp_path):
     } | {("cuda graph", "/predict", i, c) for c in (1, 2) for e, i in cases if e == "/predict"}
     assert all(r["requests"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 for r in rows)
     assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict" and r["batching"] != "template")
+    cuda_graph_rows = [r for r in rows if r["batching"] == "cuda graph"]  # on the CPU the engine has no CUDA graph
+    assert cuda_graph_rows and all(r["replayed"] == 0 for r in cuda_graph_rows)
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
     assert "Bare session.run" in (tmp_path / "serve.md").read_text()
     workers = report["workers"]  # `python -m app` with one and two worker processes, at the most clients
