@@ -24,7 +24,7 @@ def fold(graph: Path | bytes, batch: int) -> bytes:
     """graph (an ONNX file, or its bytes) with its batch axis fixed to `batch` and its constants folded until
     nothing more folds: ONNX Runtime's basic optimiser (provider-independent, run on the CPU), its result fed
     back to it until it stops changing. The first pass folds the shape arithmetic that the fixed batch makes
-    constant; the second folds what the first could not see as constant yet (the exporter's CastLike nodes,
+    constant; the second folds what the first cannot see as constant yet (the exporter's CastLike nodes,
     which it inlines as Casts of constants after folding, the Range they feed, and the first routing
     iteration's softmax of zero logits); a third changes nothing in the shipped graphs."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,10 +65,10 @@ class CudaGraph:
         settings = ort.SessionOptions()
         settings.log_severity_level = 2 if capture else 3  # on a GPU, the nodes it leaves on the CPU are warned of
         self.session = ort.InferenceSession(model, settings, providers=[(name, options)])
-        if (used := self.session.get_providers()[0]) != name:  # ONNX Runtime fell back to another provider
-            raise RuntimeError(f"{name} could not start this session; ONNX Runtime runs it on {used}")
-        self._on_device = name != "CPUExecutionProvider"
+        if (used := self.session.get_providers()[0]) != name:  # ONNX Runtime's fallback when a provider cannot start
+            raise RuntimeError(f"this session runs on {used}, not on {name}")
         device = "cuda" if name == "CUDAExecutionProvider" else "cpu"
+        self._on_cpu = device == "cpu"
         image = self.session.get_inputs()[0]
         self._input = ort.OrtValue.ortvalue_from_shape_and_type(image.shape, np.float32, device, 0)
         self._binding = self.session.io_binding()
@@ -84,6 +84,6 @@ class CudaGraph:
         overwrites the buffers)."""
         self._input.update_inplace(np.ascontiguousarray(images, np.float32))
         self.session.run_with_iobinding(self._binding)
-        if self._on_device:  # numpy() copies a device's buffer to the host
-            return [value.numpy() for value in self._fetched]
-        return [value.numpy().copy() for value in self._fetched]  # numpy() of a CPU buffer is a view of it
+        if self._on_cpu:  # numpy() of a CPU buffer is a view of it
+            return [value.numpy().copy() for value in self._fetched]
+        return [value.numpy() for value in self._fetched]  # numpy() copies a device's buffer to the host

@@ -128,7 +128,8 @@ def batches_run(base: str) -> tuple[int, float, int]:
         for s in family.samples
         if s.labels.get("model") == "mnist"
     }
-    batches, seconds = int(samples.get("capsnet_batch_size_count", 0)), samples.get("capsnet_inference_seconds_sum", 0)
+    batches = int(samples.get("capsnet_batch_size_count", 0))
+    seconds = samples.get("capsnet_inference_seconds_sum", 0.0)
     return batches, seconds, int(samples.get("capsnet_graph_replays_total", 0))
 
 
