@@ -21,6 +21,7 @@ BRUSH_RADIUS = 14
 CSS = """
 .status { min-height: 4.5em; }
 .pixels img { image-rendering: pixelated; }
+.upload .image-frame img { object-fit: contain; }
 """
 
 
@@ -67,6 +68,7 @@ def inputs(tab: Tab) -> Inputs:
         label=f"An image of {look.subject}",
         height=360,
         elem_id=f"{p}upload",
+        elem_classes="upload",  # an image smaller than the box is scaled up to fill it (CSS)
         render=False,
     )
     pad = button = tabs = draw_tab = upload_tab = None
@@ -99,7 +101,9 @@ def answer_column(tab: Tab) -> tuple[gr.Markdown, dict[str, gr.Image], gr.Image]
     for row in range(0, len(shown), 2):
         with gr.Row():
             pictures |= {field: picture(label, f"{tab.prefix}{name}") for field, label, name in shown[row : row + 2]}
-    lengths = gr.Image(label="Capsule lengths", format="png", buttons=[], elem_id=f"{tab.prefix}lengths")
+    lengths = gr.Image(  # its title is drawn above the bars, where Gradio's label would cover the longest one
+        label="Capsule lengths", format="png", show_label=False, buttons=[], elem_id=f"{tab.prefix}lengths"
+    )
     return status, pictures, lengths
 
 

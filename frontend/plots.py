@@ -27,6 +27,7 @@ PAIR_COLOURS = ((239, 68, 68), (34, 197, 94))  # the two digits of a pair: red a
 DIGITS = tuple(str(j) for j in range(NUM_CLASSES))  # class names of the digit models
 SCALE = 8  # screen pixels per model pixel
 TILT = 40  # degrees: class names too wide for their bar are drawn slanted
+TITLE_ROOM = 26  # px above a chart's plot for its title
 # Anchor colours of a dark-to-bright heat scale (black, purple, red, orange, pale yellow).
 HEAT = np.array([(0, 0, 4), (81, 18, 124), (183, 55, 121), (252, 137, 97), (252, 253, 191)], dtype=np.float32)
 
@@ -84,25 +85,27 @@ def slanted_text(
 
 
 def lengths_chart(
-    lengths: np.ndarray, marks: dict[int, RGB], names: Sequence[str] = DIGITS, width: int = 560, height: int = 260
+    lengths: np.ndarray, marks: dict[int, RGB], names: Sequence[str] = DIGITS, width: int = 560, height: int = 290
 ) -> Image.Image:
-    """Bar chart of the 10 capsule lengths ||v_j|| with the margin-loss lines m+ and m-.
+    """Bar chart of the 10 capsule lengths ||v_j|| with the margin-loss lines m+ and m-, under its title.
 
     A present class is trained to a length above m+ and an absent one below m- (paper, Eq. 4). `marks`
     colours the answer's bars (class -> colour); `names` label the bars, slanted where they are wider
-    than a bar's slot.
+    than a bar's slot. Each bar's length is written above it on the paper, which a margin line passing
+    behind it does not cross, and a full bar's leaves room for the title above it.
     """
-    left, right, top = 44, 70, 14
+    title_font, small, label = font(17), font(14), font(16)
+    left, right = 44, 70
+    top = TITLE_ROOM + round(small.getbbox("0.00")[3]) + 6  # the title, then a full bar's length
     plot_w = width - left - right
     slot = plot_w / NUM_CLASSES
-    label = font(14)
     widest = max(label.getlength(name) for name in names)
     slanted = widest > slot
     bottom = round(widest * math.sin(math.radians(TILT))) + 24 if slanted else 30
     plot_h = height - top - bottom
     image = Image.new("RGB", (width, height), PAPER)
     draw = ImageDraw.Draw(image)
-    small = font(12)
+    draw.text((8, 6), "Capsule lengths", fill=INK, font=title_font, anchor="lt")
 
     def y_of(value: float) -> float:
         return top + plot_h * (1.0 - value)
@@ -112,10 +115,11 @@ def lengths_chart(
     draw.line([(left, top), (left, top + plot_h)], fill=MUTED)
     draw.line([(left, top + plot_h), (left + plot_w, top + plot_h)], fill=MUTED)
 
+    bars = []
     for j, length in enumerate(np.clip(lengths, 0.0, 1.0)):
         x0, x1 = left + j * slot + slot * 0.18, left + (j + 1) * slot - slot * 0.18
         draw.rectangle([x0, y_of(length), x1, top + plot_h], fill=marks.get(j, BAR))
-        draw.text(((x0 + x1) / 2, y_of(length) - 3), f"{length:.2f}", fill=INK, font=small, anchor="md")
+        bars.append(((x0 + x1) / 2, y_of(length) - 3, f"{length:.2f}"))
         if slanted:
             slanted_text(image, ((x0 + x1) / 2 + 6, top + plot_h + 4), names[j], label, INK)
         else:
@@ -126,6 +130,9 @@ def lengths_chart(
         for x in range(left, left + plot_w, 10):  # dashed
             draw.line([(x, y), (min(x + 5, left + plot_w), y)], fill=MARGIN, width=2)
         draw.text((left + plot_w + 6, y), f"{name} = {margin:g}", fill=MARGIN, font=small, anchor="lm")
+    for centre, baseline, text in bars:  # over the lines, each on its own patch of paper
+        draw.rectangle(draw.textbbox((centre, baseline), text, font=small, anchor="md"), fill=PAPER)
+        draw.text((centre, baseline), text, fill=INK, font=small, anchor="md")
     return image
 
 

@@ -125,6 +125,17 @@ def shows_model_input(page, prefix: str, size: int) -> None:
     assert 0.02 < ink < 0.6, f"the model input on screen is {ink:.1%} ink"
 
 
+def fills_its_box(page, prefix: str) -> None:
+    """The upload shows the picked example (a small image, black paper) scaled up to its box, not at its own
+    few pixels in the middle of the page's light background."""
+    shown = page.locator(f"#{prefix}upload img")
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=shown.element_handle())
+    natural, box = shown.evaluate("(img) => [img.naturalWidth, img.clientWidth]")
+    assert natural < box / 4  # small enough to show at its own size
+    grey = np.asarray(Image.open(io.BytesIO(shown.screenshot())).convert("L"), np.float32)
+    assert (grey < 64).mean() > 0.5, f"the example covers {(grey < 64).mean():.0%} of its box"
+
+
 def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
@@ -225,6 +236,7 @@ def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_pat
     pick_example(page, "Two digits", "pair-", pair)
     expect(page.locator("#pair-status")).to_contain_text(re.compile("Digits: (3 and 8|8 and 3)"))
     shows_model_input(page, "pair-", MULTIMNIST_SIZE)
+    fills_its_box(page, "pair-")
     expect(page.locator("#pair-overlay img")).to_be_visible()
     expect(page.locator("#pair-grid img")).to_be_visible()  # the last of the prediction's events
     expect(page.locator("#pair-status")).to_contain_text("Digits")  # still: the example replaced the drawing

@@ -1,0 +1,47 @@
+"""The capsule-lengths chart: every number on it can be read (none under the title, none crossed by a line)."""
+
+import numpy as np
+
+from frontend import plots
+from model.contract import M_MINUS, NUM_CLASSES
+
+
+def coloured(image, colour, tolerance: int = 0) -> np.ndarray:
+    """(H, W) mask of the pixels within `tolerance` (summed over RGB) of `colour` (0: the bars' and lines'
+    solid fills, not text's anti-aliased edges)."""
+    return np.abs(np.asarray(image, np.int32) - np.array(colour)).sum(axis=-1) <= tolerance
+
+
+def bar_columns(mask: np.ndarray) -> list[np.ndarray]:
+    """The columns of each bar, left to right, from a mask of the bars' colour (bars are runs of columns)."""
+    columns = np.flatnonzero(mask.any(axis=0))
+    return np.split(columns, np.flatnonzero(np.diff(columns) > 1) + 1)
+
+
+def test_a_full_bar_has_its_length_written_below_the_title():
+    chart = plots.lengths_chart(np.ones(NUM_CLASSES, np.float32), {0: plots.WINNER})
+    winner = coloured(chart, plots.WINNER)
+    (columns,) = bar_columns(winner)
+    bar_top = np.flatnonzero(winner[:, columns].any(axis=1))[0]
+    ink = coloured(chart, plots.INK, 120)[:bar_top, columns].any(axis=1)  # the title's and the length's rows
+    rows = np.flatnonzero(ink)
+    gaps = np.flatnonzero(np.diff(rows) > 1)
+    assert len(gaps) == 1, "the title and the bar's length are two lines of text, apart"
+    assert rows[0] > 0 and rows[gaps[0] + 1] > plots.TITLE_ROOM // 2  # neither cut by the image's top
+
+
+def test_no_margin_line_crosses_a_bars_length():
+    """Bars at half of m-: their lengths are written where the m- line runs, on paper that stops the line."""
+    lengths = np.full(NUM_CLASSES, M_MINUS / 2, np.float32)
+    chart = plots.lengths_chart(lengths, {})
+    line = coloured(chart, plots.MARGIN)
+    bars = coloured(chart, plots.BAR)
+    top = np.flatnonzero(bars.any(axis=1))[0]
+    m_minus = np.flatnonzero(line[:top].sum(axis=1) > 50)[-1]  # the dashed line just above the bars
+    assert top - m_minus < 20  # it runs where the lengths are written
+    text = coloured(chart, plots.INK, 120)[m_minus - 8 : top]
+    for columns in bar_columns(bars):
+        written = columns[text[:, columns].any(axis=0)]  # the columns of the bar's length, written above it
+        assert written.size and not line[m_minus - 2 : m_minus + 3, written[0] : written[-1] + 1].any()
+    between = bar_columns(bars)[0][-1] + 3
+    assert line[m_minus - 2 : m_minus + 3, between : between + 8].any()  # the line itself is there, between bars
