@@ -2,6 +2,8 @@
 
 $ python -m benchmarks.cpu_profile                      # the graph the service would serve here
 $ CAPSNET_PRECISION=fp32 python -m benchmarks.cpu_profile --out benchmarks/results/cpu_profile_fp32.json
+$ python -m benchmarks.cpu_profile --out cpu_profile_cuda.json   # on a GPU (the serving kit's call): the
+                                                          # host's stages around a CUDA run
 
 Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test digit, multipart):
   multipart        reading the image from the multipart body (app/image_request.py; serve_bench's no-op)
@@ -23,7 +25,8 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   app layers       GET /health through the app in process: its middleware (request id, body limit,
                    HTTP metrics), routing and a response; /predict's query and engine come on top
 The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_bench's no-op route
-costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type.
+costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type (on CUDA,
+the host's time in each node).
 Writes benchmarks/results/cpu_profile.json and .md. Not a test.
 """
 
@@ -129,8 +132,9 @@ def app_layers_ms(settings) -> float:
         loop.close()
 
 
-def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, float]:
-    """ms per run by op type, from ONNX Runtime's profiler, at batch 1."""
+def operators(model_path: Path, threads: int, providers: list, runs: int = 100) -> dict[str, float]:
+    """ms per run by op type, from ONNX Runtime's profiler, at batch 1, on the engine's providers (on CUDA
+    the host's time in each node: its kernels' launches, not their time on the GPU)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -139,7 +143,7 @@ def operators(model_path: Path, threads: int, runs: int = 100) -> dict[str, floa
     options.log_severity_level = 3
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling, options.profile_file_prefix = True, str(Path(tmp) / "ort")
-        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(model_path), options, providers=providers)
         x = np.random.default_rng(0).random((1, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
         for _ in range(runs):
             session.run(None, {contract.IMAGE: x})
@@ -215,8 +219,11 @@ def profile() -> dict:
     hop.close()
     engine.close()
     threads = settings.session_threads or os.cpu_count() or 1
+    options = engine.capsnet.get_provider_options()
+    providers = [(name, options.get(name, {})) for name in engine.providers]
     return {
         "device": machine(),
+        "providers": engine.providers,
         "precision": engine.precision,
         "graph": engine.capsnet_file,
         "threads": threads,
@@ -224,7 +231,7 @@ def profile() -> dict:
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "load_average": round(os.getloadavg()[0], 2),
         "stages_ms": stages,
-        "operators_ms": operators(engine.directory / engine.capsnet_file, threads),
+        "operators_ms": operators(engine.directory / engine.capsnet_file, threads, providers),
     }
 
 
@@ -232,7 +239,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"# Where /predict's CPU time goes ({report['device']}, {report['graph']})",
         "",
-        f"{report['when']}; 1-min load average {report['load_average']}. A worker's session: {report['threads']} "
+        f"{report['when']}; 1-min load average {report['load_average']}; {', '.join(report['providers'])}. "
+        f"A worker's session: {report['threads']} "
         f"thread(s); alone on the server: {report['threads_alone'] or 'the same'}; the operators: "
         f"{report['threads']} thread(s).",
         "",
