@@ -120,9 +120,10 @@ def routing_column(tab: Tab) -> RoutingColumn:
     first = "The predicted digits come first." if tab.view is PairView else f"The predicted {noun} comes first."
     gr.Markdown(
         f"### Routing\nWhere the votes went: for each {noun}, the {grid}x{grid} PrimaryCaps grid weighted by the "
-        "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one scale. " + first + " Step through "
-        "the routing iterations: at r = 1 every child sends 1/10 of its vote to each class; agreement then "
-        "moves the couplings to the classes whose output the vote agrees with (Procedure 1)."
+        "coupling c<sub>ij</sub> and the vote length ‖û<sub>j|i</sub>‖, on one square-root scale for every "
+        "class and iteration. " + first + " Step through the routing iterations: at r = 1 every child sends 1/10 "
+        "of its vote to each class; agreement then moves the couplings to the classes whose output the vote "
+        "agrees with (Procedure 1), most of all those of a few children."
     )
     maps = gr.Image(
         label="Routing maps", format="png", show_label=False, buttons=["fullscreen"], elem_id=f"{tab.prefix}routing"

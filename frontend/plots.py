@@ -143,16 +143,19 @@ def routing_heatmaps(
     marks: dict[int, RGB],
     names: Sequence[str] = DIGITS,
     tile: int = 120,
+    top: float | None = None,
 ) -> Image.Image:
     """The per-class routing maps (a square primary grid each) as heat tiles in the given order, on one
-    shared scale.
+    shared square-root scale whose brightest value is `top` (default: the maps' largest).
 
-    One scale for all classes keeps them comparable: the class that received the votes is bright,
-    the others stay dark. Each tile is labelled with its class name (in its `marks` colour, if any) and
-    capsule length.
+    One scale for all classes (and, through `top`, for every routing iteration) keeps them comparable:
+    the class that received the votes is bright, the others stay dark. The square root keeps the many
+    modest votes visible beside the few primary capsules that routing gives most of a class's evidence
+    (their c_ij near 1 and long votes make a cell several times the map's median). Each tile is labelled
+    with its class name (in its `marks` colour, if any) and capsule length.
     """
     maps = np.asarray(maps, dtype=np.float32)
-    scaled = maps / max(float(maps.max()), 1e-12)
+    scaled = np.sqrt(np.clip(maps / max(float(maps.max()) if top is None else top, 1e-12), 0.0, 1.0))
     cell = tile // maps.shape[-1]
     side, gap, caption = cell * maps.shape[-1], 14, 28
     name_font = fitting_font(names, side * 0.62, largest=22)

@@ -49,14 +49,17 @@ def lengths_chart(answer: dict[str, Any], names: list[str]) -> Image.Image:
 
 def routing_maps(answer: dict[str, Any], names: list[str], iteration: int | None = None) -> Image.Image:
     """The routing maps, the answered classes first, then by capsule length: those of routing iteration r
-    (1-based) where the answer has every iteration's, else the final ones."""
+    (1-based) where the answer has every iteration's, else the final ones; on the scale of the brightest
+    map of any iteration, so that stepping through them shows the votes gathering."""
     lengths = np.asarray(answer["probabilities"], dtype=np.float32)
     marked = marks(answer)
     order = list(marked) + [int(j) for j in np.argsort(-lengths) if j not in marked]
     iterations = answer["routing"].get("iterations")
     chosen = iterations[iteration - 1]["maps"] if iterations and iteration else answer["routing"]["maps"]
+    every = [np.asarray(it["maps"], dtype=np.float32) for it in iterations or []]
     maps = np.asarray(chosen, dtype=np.float32)
-    return plots.routing_heatmaps(maps, lengths, order, marked, names)
+    top = max(float(m.max()) for m in [maps, *every])
+    return plots.routing_heatmaps(maps, lengths, order, marked, names, top=top)
 
 
 def runner_up_and_warnings(answer: dict[str, Any]) -> str:

@@ -45,3 +45,20 @@ def test_no_margin_line_crosses_a_bars_length():
         assert written.size and not line[m_minus - 2 : m_minus + 3, written[0] : written[-1] + 1].any()
     between = bar_columns(bars)[0][-1] + 3
     assert line[m_minus - 2 : m_minus + 3, between : between + 8].any()  # the line itself is there, between bars
+
+
+def test_routing_maps_are_drawn_on_a_square_root_scale_up_to_top():
+    maps = np.zeros((NUM_CLASSES, 6, 6), np.float32)
+    maps[0, 0, 0], maps[0, 0, 1] = 1.0, 0.25
+    tile, gap, caption = 120, 14, 28  # routing_heatmaps' layout: the first tile's first row of cells
+    cell = tile // 6
+
+    def first_row(image) -> np.ndarray:
+        pixels = np.asarray(image)
+        return pixels[gap + caption + cell // 2, [gap + cell // 2, gap + cell + cell // 2]]
+
+    order = list(range(NUM_CLASSES))
+    lengths = np.zeros(NUM_CLASSES, np.float32)
+    assert np.array_equal(first_row(plots.routing_heatmaps(maps, lengths, order, {})), plots.heat(np.array([1, 0.5])))
+    dimmer = first_row(plots.routing_heatmaps(maps, lengths, order, {}, top=4.0))
+    assert np.array_equal(dimmer, plots.heat(np.array([0.5, 0.25])))

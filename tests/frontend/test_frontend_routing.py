@@ -5,7 +5,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from frontend import layout
+from frontend import layout, plots
 from frontend.client import ApiClient
 from frontend.handlers import follow_up, iteration_words, routing_view, show_iteration
 from frontend.screen import ANSWER, DRAWING, Screen, gated
@@ -63,3 +63,12 @@ def test_an_answer_without_iterations_hides_the_slider(client, uis, seven):
     followed = follow_up(client, ui, shown(plain, ui), False, DEFAULT, *[0.0] * CAPSULE_DIM)
     assert followed[ui.routing.iteration].visible is False and followed[ui.routing.change] == ""
     assert iteration_words(None, 1) == ""
+
+
+def test_every_iteration_is_drawn_on_one_scale(uis, seven):
+    """Stepping through the iterations shows the votes gathering: the brightest cell of the last iteration is
+    the scale's top, and the first iteration, whose couplings are all 1/10, stays below it."""
+    ui = uis["mnist"]
+    top = tuple(int(c) for c in plots.heat(np.array([1.0]))[0])
+    brightest = [(np.asarray(routing_view(ui.tab, seven, r)) == top).all(axis=-1).any() for r in range(1, 4)]
+    assert brightest == [False, False, True]
