@@ -9,8 +9,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import cv2
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import RedirectResponse
+from fastapi_offline import FastAPIOffline
 from threadpoolctl import threadpool_limits
 
 from app import VERSION
@@ -29,6 +31,7 @@ capsules, the decoder's reconstruction and the routing coefficients. `GET /model
 model (`?model=multimnist`: two overlapping digits, each reconstructed from its own capsule;
 `?model=fashion-mnist`: a garment). Every client mistake is a 4xx
 with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
+DOCS = "/docs"  # this page: Swagger UI from files the service serves itself (no CDN), as is ReDoc at /redoc
 
 
 def one_thread_for_pictures() -> None:
@@ -73,7 +76,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The app on settings. Its lifespan starts app.state.preloaded when set (`python -m app` loads and
     warms every model up before serving), else it loads them and warms them up in the background."""
     settings = settings or get_settings()
-    app = FastAPI(title="CapsNet service", version=VERSION, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPIOffline(
+        docs_url=DOCS, title="CapsNet service", version=VERSION, description=DESCRIPTION, lifespan=lifespan
+    )
     app.state.settings, app.state.preloaded, app.state.home = settings, None, None
     http_metrics, app.state.metrics = setup_metrics(app)
     register_error_handlers(app)
@@ -93,5 +98,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(BoardMiddleware, board=board, home=app.state.home)  # outermost: every request counts
     for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
+
+    @app.get("/", include_in_schema=False)
+    async def root(request: Request) -> RedirectResponse:
+        """A person who opens the service's address lands on its documentation."""
+        return RedirectResponse(request.scope.get("root_path", "") + DOCS)
+
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document
     return app

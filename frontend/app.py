@@ -44,7 +44,7 @@ def build_demo(client: ApiClient, tabs: list[Tab]) -> gr.Blocks:
 def launch(settings: DemoSettings, **kwargs) -> gr.Blocks:
     """Ask the API for its models, build their tabs and serve the demo on settings.host:settings.port
     (kwargs go to Blocks.launch)."""
-    client = ApiClient(settings.api_url, settings.timeout_s)
+    client = ApiClient(settings.api_url, settings.timeout_s, public_url=settings.public_api_url)
     tabs = tabs_from(served_models(client, settings.wait_s))
     demo = build_demo(client, tabs).queue(default_concurrency_limit=8)  # handlers wait on HTTP, not the CPU
     demo.launch(

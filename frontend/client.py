@@ -38,8 +38,12 @@ def which(model: str | None) -> dict[str, str]:
 class ApiClient:
     """The routes the demo uses, each one method; `model` None is the API's default model."""
 
-    def __init__(self, base_url: str, timeout_s: float, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self, base_url: str, timeout_s: float, transport: httpx.BaseTransport | None = None, public_url: str = ""
+    ):
+        """`public_url`: the API's address as a person's browser reaches it, shown in the demo (default: base_url)."""
         self.base_url = base_url.rstrip("/")
+        self.public_url = (public_url or base_url).rstrip("/")
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
 
     def call(self, method: str, path: str, **kwargs) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def model_footer(client: ApiClient, model: str | None = None) -> str:
         card = client.model(model)
     except ApiError as error:
         return str(error)
-    return footer_text(card["served_as"], card["version"], card["providers"][0], client.base_url)
+    return footer_text(card["served_as"], card["version"], card["providers"][0], client.public_url)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ class DemoSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CAPSNET_DEMO_", env_ignore_empty=True, extra="ignore")
 
     api_url: str = "http://localhost:8000"
+    # the API's address as a person's browser reaches it, which the footer links to (default: api_url; in
+    # compose the demo reaches the API as http://api:8000, a name only the containers know)
+    public_api_url: str = ""
     host: str = "127.0.0.1"  # 0.0.0.0 in a container
     port: int = 7860
     timeout_s: float = 10.0  # per API call; a CPU predict takes tens of milliseconds

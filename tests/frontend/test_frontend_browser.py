@@ -270,6 +270,19 @@ def test_the_affine_model_has_a_digit_tab(page, made_demo_url):
     expect(page.locator("#footer")).to_contain_text("affine")
 
 
+def test_the_footer_leads_to_the_api_docs(page, made_demo_url):
+    """A person follows the footer's link to the API and finds POST /predict on its docs page (its scripts
+    come from the API itself: tests/app/test_app_docs.py)."""
+    from playwright.sync_api import expect
+
+    open_demo(page, made_demo_url)
+    with page.context.expect_page() as opened:
+        page.locator("#footer a", has_text="http").click()
+    docs = opened.value
+    expect(docs.get_by_role("link", name="/predict", exact=True)).to_be_visible()
+    assert docs.url.endswith("/docs")
+
+
 def test_each_model_tab_has_one_header(page, made_demo_url):
     """Selecting each model's tab in turn leaves one header per tab, in the API's order, the default first
     (a gr.State among the tabs once gave a tab a second header the first time it was selected)."""

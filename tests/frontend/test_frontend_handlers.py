@@ -586,3 +586,11 @@ def test_each_tab_asks_for_its_input(client, pair_tab, fashion_tab):
 def test_each_tabs_footer_names_its_model(client, tabs):
     for tab in tabs.values():
         assert f"**{tab.model}**" in model_footer(client, tab.model)
+
+
+def test_the_footer_gives_the_api_address_a_browser_reaches(api_url):
+    """In compose the demo asks http://api:8000, a name only the containers know: the footer shows the public
+    address instead (CAPSNET_DEMO_PUBLIC_API_URL), and the one it asks where none is given."""
+    public = ApiClient(api_url, timeout_s=30.0, public_url="http://localhost:8010/")
+    assert model_footer(public).endswith("API http://localhost:8010") and api_url not in model_footer(public)
+    assert model_footer(ApiClient(api_url, timeout_s=30.0)).endswith(f"API {api_url}")
