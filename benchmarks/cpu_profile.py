@@ -161,7 +161,7 @@ def profile() -> dict:
     from app import cores, imaging
     from app.answer import render_prediction
     from app.batcher import DynamicBatcher
-    from app.engine import Engine
+    from app.engine import PROVIDER_OPTIONS, Engine
     from app.main import one_thread_for_pictures
     from app.settings import Settings
 
@@ -219,8 +219,7 @@ def profile() -> dict:
     hop.close()
     engine.close()
     threads = settings.session_threads or os.cpu_count() or 1
-    options = engine.capsnet.get_provider_options()
-    providers = [(name, options.get(name, {})) for name in engine.providers]
+    providers = [(name, PROVIDER_OPTIONS[name]) if name in PROVIDER_OPTIONS else name for name in engine.providers]
     return {
         "device": machine(),
         "providers": engine.providers,
