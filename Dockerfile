@@ -40,6 +40,7 @@ COPY --from=builder-frontend /opt/venv /opt/venv
 COPY model/__init__.py model/contract.py ./model/
 COPY frontend/ ./frontend/
 ENV CAPSNET_DEMO_HOST=0.0.0.0 CAPSNET_DEMO_PORT=7860 CAPSNET_DEMO_API_URL=http://api:8000 \
+    CAPSNET_DEMO_PUBLIC_API_URL=http://localhost:8000 \
     GRADIO_ANALYTICS_ENABLED=False GRADIO_TEMP_DIR=/tmp/gradio
 USER 10001:10001
 EXPOSE 7860

@@ -82,7 +82,12 @@ def select_providers(requested: list[str], explicit: bool = True) -> list[Any]:
         )
     if "CUDAExecutionProvider" in chosen and hasattr(ort, "preload_dlls"):
         ort.preload_dlls()  # CUDA/cuDNN from the pip `nvidia-*` wheels; the driver comes from the host
-    return [(p, PROVIDER_OPTIONS[p]) if p in PROVIDER_OPTIONS else p for p in chosen]
+    return with_options(chosen)
+
+
+def with_options(providers: list[str]) -> list[Any]:
+    """Providers as a session takes them, each with this service's options for it (PROVIDER_OPTIONS)."""
+    return [(p, PROVIDER_OPTIONS[p]) if p in PROVIDER_OPTIONS else p for p in providers]
 
 
 def choose_precision(

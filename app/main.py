@@ -31,7 +31,7 @@ capsules, the decoder's reconstruction and the routing coefficients. `GET /model
 model (`?model=multimnist`: two overlapping digits, each reconstructed from its own capsule;
 `?model=fashion-mnist`: a garment). Every client mistake is a 4xx
 with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
-DOCS = "/docs"  # this page: Swagger UI from files the service serves itself (no CDN), as is ReDoc at /redoc
+DOCS = "/docs"  # the Swagger UI page, from files the service serves itself (no CDN), as is ReDoc at /redoc
 
 
 def one_thread_for_pictures() -> None:

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -132,7 +132,7 @@ def app_layers_ms(settings) -> float:
         loop.close()
 
 
-def operators(model_path: Path, threads: int, providers: list, runs: int = 100) -> dict[str, float]:
+def operators(model_path: Path, threads: int, providers: list[Any], runs: int = 100) -> dict[str, float]:
     """ms per run by op type, from ONNX Runtime's profiler, at batch 1, on the engine's providers (on CUDA
     the host's time in each node: its kernels' launches, not their time on the GPU)."""
     import onnxruntime as ort
@@ -161,7 +161,7 @@ def profile() -> dict:
     from app import cores, imaging
     from app.answer import render_prediction
     from app.batcher import DynamicBatcher
-    from app.engine import PROVIDER_OPTIONS, Engine
+    from app.engine import Engine, with_options
     from app.main import one_thread_for_pictures
     from app.settings import Settings
 
@@ -219,7 +219,7 @@ def profile() -> dict:
     hop.close()
     engine.close()
     threads = settings.session_threads or os.cpu_count() or 1
-    providers = [(name, PROVIDER_OPTIONS[name]) if name in PROVIDER_OPTIONS else name for name in engine.providers]
+    providers = with_options(engine.providers)
     return {
         "device": machine(),
         "providers": engine.providers,

@@ -146,7 +146,7 @@ def install(kit: Path = KIT, repo: Path = REPO) -> str:
         shutil.copyfile(kit / "models" / "mnist" / name, model / name)
     link_cuda_libraries(kit / "site")
     probe = (
-        "import sys, onnxruntime as ort, fastapi, uvicorn; from app.engine import select_providers; "
+        "import sys, onnxruntime as ort, uvicorn, app.main; from app.engine import select_providers; "
         "providers = select_providers(['CUDAExecutionProvider', 'CPUExecutionProvider']); "
         "print(ort.InferenceSession(sys.argv[1], providers=providers).get_providers()[0])"
     )

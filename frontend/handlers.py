@@ -31,7 +31,7 @@ def predict_png(client: ApiClient, tab: Tab, png: bytes | None) -> View:
         answer = client.predict(png, tab.model, tab.iterations)
     except ApiError as error:
         return message_view(tab.view, str(error))
-    return tab.view.of(answer, tab.classes, client.base_url)
+    return tab.view.of(answer, tab.classes, client.public_url)
 
 
 def predict_drawing(client: ApiClient, tab: Tab, drawing: str | None) -> View:

@@ -28,6 +28,7 @@ DIGITS = tuple(str(j) for j in range(NUM_CLASSES))  # class names of the digit m
 SCALE = 8  # screen pixels per model pixel
 TILT = 40  # degrees: class names too wide for their bar are drawn slanted
 TITLE_ROOM = 26  # px above a chart's plot for its title
+TILE_GAP, TILE_CAPTION = 14, 28  # px between routing_heatmaps' tiles, and above each for its label
 # Anchor colours of a dark-to-bright heat scale (black, purple, red, orange, pale yellow).
 HEAT = np.array([(0, 0, 4), (81, 18, 124), (183, 55, 121), (252, 137, 97), (252, 253, 191)], dtype=np.float32)
 
@@ -149,15 +150,15 @@ def routing_heatmaps(
     shared square-root scale whose brightest value is `top` (default: the maps' largest).
 
     One scale for all classes (and, through `top`, for every routing iteration) keeps them comparable:
-    the class that received the votes is bright, the others stay dark. The square root keeps the many
-    modest votes visible beside the few primary capsules that routing gives most of a class's evidence
-    (their c_ij near 1 and long votes make a cell several times the map's median). Each tile is labelled
+    after the last iteration the class that received the votes is brightest. The square root keeps the
+    many modest votes visible beside the brightest cells, those of a few primary capsules whose couplings
+    rise to about 0.5-0.9 and whose votes are long (several times the map's median). Each tile is labelled
     with its class name (in its `marks` colour, if any) and capsule length.
     """
     maps = np.asarray(maps, dtype=np.float32)
     scaled = np.sqrt(np.clip(maps / max(float(maps.max()) if top is None else top, 1e-12), 0.0, 1.0))
     cell = tile // maps.shape[-1]
-    side, gap, caption = cell * maps.shape[-1], 14, 28
+    side, gap, caption = cell * maps.shape[-1], TILE_GAP, TILE_CAPTION
     name_font = fitting_font(names, side * 0.62, largest=22)
     columns = (len(order) + 1) // 2
     image = Image.new("RGB", (columns * (side + gap) + gap, 2 * (side + caption + gap) + gap), PAPER)

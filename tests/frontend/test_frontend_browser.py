@@ -130,10 +130,12 @@ def fills_its_box(page, prefix: str) -> None:
     few pixels in the middle of the page's light background."""
     shown = page.locator(f"#{prefix}upload img")
     page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=shown.element_handle())
-    natural, box = shown.evaluate("(img) => [img.naturalWidth, img.clientWidth]")
+    natural, box = shown.evaluate("(img) => [img.naturalWidth, Math.min(img.clientWidth, img.clientHeight)]")
     assert natural < box / 4  # small enough to show at its own size
-    grey = np.asarray(Image.open(io.BytesIO(shown.screenshot())).convert("L"), np.float32)
-    assert (grey < 64).mean() > 0.5, f"the example covers {(grey < 64).mean():.0%} of its box"
+    paper = np.asarray(Image.open(io.BytesIO(shown.screenshot())).convert("L")) < 64  # the example's black paper
+    rows, columns = np.flatnonzero(paper.any(axis=1)), np.flatnonzero(paper.any(axis=0))
+    side = min(rows[-1] - rows[0], columns[-1] - columns[0]) + 1
+    assert side > 0.8 * box, f"the example shows {side} px a side in a box of {box}"
 
 
 def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):

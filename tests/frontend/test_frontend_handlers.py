@@ -588,9 +588,12 @@ def test_each_tabs_footer_names_its_model(client, tabs):
         assert f"**{tab.model}**" in model_footer(client, tab.model)
 
 
-def test_the_footer_gives_the_api_address_a_browser_reaches(api_url):
+def test_the_footer_gives_the_api_address_a_browser_reaches(api_url, digit_tab):
     """In compose the demo asks http://api:8000, a name only the containers know: the footer shows the public
-    address instead (CAPSNET_DEMO_PUBLIC_API_URL), and the one it asks where none is given."""
+    address instead (CAPSNET_DEMO_PUBLIC_API_URL), before an answer and with one, and the one it asks where
+    none is given."""
     public = ApiClient(api_url, timeout_s=30.0, public_url="http://localhost:8010/")
-    assert model_footer(public).endswith("API http://localhost:8010") and api_url not in model_footer(public)
+    answered = predict_upload(public, digit_tab, str(EXAMPLES[7])).footer
+    for footer in (model_footer(public), answered):
+        assert footer.endswith("API http://localhost:8010") and api_url not in footer
     assert model_footer(ApiClient(api_url, timeout_s=30.0)).endswith(f"API {api_url}")

@@ -50,8 +50,8 @@ def test_no_margin_line_crosses_a_bars_length():
 def test_routing_maps_are_drawn_on_a_square_root_scale_up_to_top():
     maps = np.zeros((NUM_CLASSES, 6, 6), np.float32)
     maps[0, 0, 0], maps[0, 0, 1] = 1.0, 0.25
-    tile, gap, caption = 120, 14, 28  # routing_heatmaps' layout: the first tile's first row of cells
-    cell = tile // 6
+    gap, caption = plots.TILE_GAP, plots.TILE_CAPTION  # the first tile's first row of cells
+    cell = 120 // 6  # routing_heatmaps' tile of 120 px
 
     def first_row(image) -> np.ndarray:
         pixels = np.asarray(image)
