@@ -1,13 +1,14 @@
-"""GET /models: every served model, what it reads, how well it does and whether it is ready."""
+"""GET /models: every served model, what it reads, how well it does and whether it is ready; GET /model: one
+model's card and the providers in use."""
 
 from fastapi import APIRouter
 
-from app.deps import EnginesDep
+from app.deps import EngineDep, EnginesDep
 from app.engine import Engine
-from app.schemas import ModelEntry, Models
+from app.schemas import Batching, ErrorMessage, ModelCard, ModelEntry, Models
 from model.card import read_dimensions
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["models"])
 
 
 def dimension_labels(card: dict) -> dict[str, list[str]] | None:
@@ -44,3 +45,27 @@ def entry(engine: Engine, default: str) -> ModelEntry:
 @router.get("/models", response_model=Models, summary="Every served model: task, input, classes, accuracy, readiness")
 async def models(engines: EnginesDep) -> Models:
     return Models(default=engines.default, models=[entry(engine, engines.default) for engine in engines])
+
+
+@router.get(
+    "/model",
+    response_model=ModelCard,
+    summary="A model's card and the execution providers in use (?model=)",
+    responses={
+        404: {"model": ErrorMessage, "description": "no such model"},
+        422: {"model": ErrorMessage, "description": "a model name that is not one (over 64 characters)"},
+        503: {"model": ErrorMessage, "description": "the model is not ready"},
+    },
+)
+async def model(engine: EngineDep) -> ModelCard:
+    batching = Batching.model_validate(engine.settings, from_attributes=True)
+    return ModelCard(
+        **{
+            **engine.card,
+            "served_as": engine.name,
+            "version": engine.version,
+            "providers": engine.providers,
+            "precision": engine.precision,
+            "batching": batching,
+        }
+    )
