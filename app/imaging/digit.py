@@ -22,7 +22,18 @@ from PIL import Image
 
 from app.imaging import resample
 from app.imaging.decode import ImageError
-from app.imaging.ink import NO_INK, Digit, Paper, ink_map, locate, noise_floor, paper_sigma, source, warnings_of
+from app.imaging.ink import (
+    LOW_CONTRAST,
+    NO_INK,
+    Digit,
+    Paper,
+    ink_map,
+    locate,
+    noise_floor,
+    paper_sigma,
+    source,
+    warnings_of,
+)
 from app.imaging.prepared import Prepared
 from model import contract
 
@@ -150,9 +161,10 @@ def dilated(x: np.ndarray, radius: float) -> np.ndarray:
     return out
 
 
-def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> tuple[np.ndarray, float]:
+def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> tuple[np.ndarray, float, float]:
     """The digit's ink cropped from the full picture, in [0, 1] (1 = its strongest strokes), only where
-    the kept parts are (specks and other shapes are gone), and the digit's longer side in its px.
+    the kept parts are (specks and other shapes are gone), the digit's longer side in its px, and the
+    ink's contrast (Digit.contrast, measured again at the crop's scale when it is low: crop_contrast).
 
     A digit larger than NORM_BOX is box-reduced to NORM_BOX; a smaller one keeps its pixels, so that
     an MNIST-like image comes back as it was.
@@ -178,8 +190,19 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     strongest = float(a.max(where=gate, initial=0.0))
     if strongest == 0.0:
         raise ImageError(NO_INK)
+    contrast = crop_contrast(a, gate, digit.contrast)
     a = np.where(gate & (a >= min(noise_floor(a, sigma), strongest)), a, 0.0)  # the strongest ink stays
-    return (a / strongest).astype(np.float32), side * scale
+    return (a / strongest).astype(np.float32), side * scale, contrast
+
+
+def crop_contrast(a: np.ndarray, gate: np.ndarray, located: float) -> float:
+    """The ink's contrast: `located`, the strongest ink of the copy reduced to LOCATE_SIZE, unless that is
+    below LOW_CONTRAST; then the largest 3x3 mean of the crop's ink a within the gate (a lone noisy pixel
+    cannot win it), if larger. A digit small in a large picture is thinner than a pixel of the reduced copy,
+    which averages its black strokes with the paper around them into grey."""
+    if located >= LOW_CONTRAST:
+        return located
+    return max(located, float(cv2.blur(a, (3, 3)).max(where=gate, initial=0.0)))
 
 
 def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int = contract.IMAGE_SIZE) -> np.ndarray:
@@ -207,15 +230,16 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     a picture already at the model's scale, its ink only found and centred."""
     picture, light_ink = source(image)
     paper, digit, factor = locate(picture, light_ink)
-    ink, side = digit_ink(picture, paper, digit, factor)
+    ink, side, contrast = digit_ink(picture, paper, digit, factor)
+    notes = warnings_of(digit._replace(contrast=contrast), what)
     if boxes is None:
-        return Prepared(fit_and_centre(ink, None, size), warnings_of(digit, what))
+        return Prepared(fit_and_centre(ink, None, size), notes)
     # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
     measured = measured_stroke(ink, side)
     fitted = np.stack(
         [fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box, measured), box, size) for box in boxes]
     )
-    return Prepared(fitted[0], warnings_of(digit, what), fitted if len(boxes) > 1 else None)
+    return Prepared(fitted[0], notes, fitted if len(boxes) > 1 else None)
 
 
 def prepare(image: Image.Image, size: int, box: int) -> Prepared:

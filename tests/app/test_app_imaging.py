@@ -243,6 +243,25 @@ def test_low_contrast_is_warned(seven):
     assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.8
 
 
+def on_white(ink: np.ndarray) -> bytes:
+    return encode(np.round((1 - ink) * 255).astype(np.uint8))
+
+
+def test_a_black_digit_small_in_a_large_picture_has_its_full_contrast(seven):
+    """40 px of 4000: the copy reduced to 128 px greys its strokes to about 0.2, but black on white is no
+    low contrast."""
+    out = imaging.preprocess(imaging.decode(on_white(drawn_in_corner(seven, 4000, 40, (1000, 1500))), MAX_PIXELS))
+    assert out.warnings == []
+    assert np.corrcoef(out.image.ravel(), seven.ravel())[0, 1] > 0.9
+
+
+def test_a_digit_lost_in_the_reduced_copy_is_told_to_crop_closer(seven):
+    with pytest.raises(imaging.ImageError, match="crop the picture closer"):
+        imaging.preprocess(imaging.decode(on_white(drawn_in_corner(seven, 4000, 20, (1000, 2000))), MAX_PIXELS))
+    with pytest.raises(imaging.ImageError, match=r"blank \(one flat colour\); draw a digit$"):
+        imaging.preprocess(imaging.decode(on_white(np.zeros((100, 100), np.float32)), MAX_PIXELS))
+
+
 def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
     """A marker's stroke (beyond MNIST's 99th percentile, 0.25 of the side) comes out near MNIST's
     median: the 28x28 input has clearly less ink than the marker fitted as it is."""
@@ -250,7 +269,7 @@ def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
 
     big = drawn_in_corner(seven, canvas=400, height=300, at=(50, 80))
     marker = ndimage.distance_transform_edt(big < 0.5) <= 40  # strokes grow by 40 px each side
-    ink, side = digit_ink(*_located(marker.astype(np.float32)))
+    ink, side, _ = digit_ink(*_located(marker.astype(np.float32)))
     assert stroke_width(at_norm_box(ink, side)) / NORM_BOX > contract.STROKE_RANGE[1]
     thinned = normalise_stroke(ink, side)
     rows, cols = np.flatnonzero(thinned.max(1) >= 0.5), np.flatnonzero(thinned.max(0) >= 0.5)
@@ -261,7 +280,7 @@ def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
 
 
 def test_strokes_within_mnists_range_are_untouched(seven):
-    ink, side = digit_ink(*_located(drawn_in_corner(seven)))
+    ink, side, _ = digit_ink(*_located(drawn_in_corner(seven)))
     assert normalise_stroke(ink, side) is ink
 
 
