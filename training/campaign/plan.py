@@ -50,7 +50,9 @@ PLAN: tuple[Spec, ...] = (
         target="≤ 8% error on 100 pairs per test digit after the first window, ≤ 5.2% (the paper) in the end",
         start="multimnist",
         ships="multimnist",
-        train={**LONG, "lr": 3e-4, "lr_decay": 0.995, "scale": 0.2},
+        # its optimiser starts fresh on trained weights: at 3e-4 (and more at 1e-3) the first epoch undoes some of
+        # their fit, at 1e-4 it goes on
+        train={**LONG, "lr": 1e-4, "lr_decay": 0.995, "scale": 0.2},
     ),
     Spec(
         "multimnist-cnn",
