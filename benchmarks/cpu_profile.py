@@ -167,7 +167,7 @@ def profile() -> dict:
 
     one_thread_for_pictures()  # as the server's lifespan sets them
 
-    settings = Settings(log_level="warning")
+    settings = Settings(log_level="warning", models=["mnist"])  # the model profiled, alone (the GPU kit's)
     with tempfile.TemporaryDirectory() as tmp:  # a board, so that the engine has its wide session (it stays mapped)
         board = cores.Board(cores.make_board(Path(tmp) / "cores.board")) if settings.workers > 1 else None
     engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)

@@ -1,10 +1,11 @@
 """What a lent GPU machine lacks to serve /predict on CUDA and measure it, packed in loads that its calls carry.
 
 The GPU machine has Python 3.12, PyTorch with CUDA's libraries, numpy, SciPy, OpenCV and Pillow, and
-reaches no registry; it lacks onnxruntime-gpu (256 MB), FastAPI and the rest of the `serve` extra, and
-`hey`. `pack` downloads those wheels here at the versions this venv runs (the ones the tests pass on;
-numpy, SciPy, OpenCV and Pillow are the machine's own), adds `hey` and the served MNIST model, and cuts
-the lot (one tar) into loads of at most LOAD_MIB, each a folder of the working tree that one call carries.
+reaches no registry; it lacks onnxruntime-gpu (256 MB), FastAPI and the rest of the `serve` extra, what
+the benchmarks need beside it (BENCHMARKS), and `hey`. `pack` downloads those wheels here at the versions
+this venv runs (the ones the tests pass on; numpy, SciPy, OpenCV and Pillow are the machine's own), adds
+`hey` and the served MNIST model, and cuts the lot (one tar) into loads of at most LOAD_MIB, each a folder
+of the working tree that one call carries.
 
 $ python -m benchmarks.gpu_kit pack                # here: gpu-kit/load-1 ... load-N, with their sizes
   each call there, carry ["gpu-kit/load-K"]:
@@ -44,13 +45,16 @@ THERE = {"numpy", "scipy", "opencv-python-headless", "pillow", "protobuf", "uvlo
 # the served MNIST model: CUDA runs its fp32 graphs, serve_bench's template the int8 one
 MODEL_FILES = (contract.CAPSNET_ONNX, contract.DECODER_ONNX, contract.MODEL_CARD, contract.CAPSNET_INT8_ONNX)
 MANIFEST = "manifest.json"
+# what the benchmarks run there need beside the serve extra: serve_bench's template app (FastAPI's UploadFile)
+# and cpu_profile's stage of Starlette's form parser read a form with python-multipart
+BENCHMARKS = ("python-multipart",)
 
 
 def serve_requirements() -> list[str]:
-    """The `serve` extra of pyproject.toml, each pinned to the version installed here."""
+    """The `serve` extra of pyproject.toml and BENCHMARKS, each pinned to the version installed here."""
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     pinned = []
-    for requirement in map(Requirement, extras["serve"]):
+    for requirement in map(Requirement, [*extras["serve"], *BENCHMARKS]):
         extra = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
         pinned.append(f"{requirement.name}{extra}=={importlib.metadata.version(requirement.name)}")
     return pinned
@@ -146,7 +150,7 @@ def install(kit: Path = KIT, repo: Path = REPO) -> str:
         shutil.copyfile(kit / "models" / "mnist" / name, model / name)
     link_cuda_libraries(kit / "site")
     probe = (
-        "import sys, onnxruntime as ort, uvicorn, app.main; from app.engine import select_providers; "
+        "import sys, onnxruntime as ort, uvicorn, python_multipart, app.main; from app.engine import select_providers; "
         "providers = select_providers(['CUDAExecutionProvider', 'CPUExecutionProvider']); "
         "print(ort.InferenceSession(sys.argv[1], providers=providers).get_providers()[0])"
     )

@@ -86,6 +86,7 @@ def test_the_kit_wants_the_serve_extra_at_the_versions_tested_here(packed):
     pinned = gpu_kit.serve_requirements()
     assert "onnxruntime-gpu==" + importlib.metadata.version("onnxruntime-gpu") in pinned
     assert any(r.startswith("uvicorn[standard]==") for r in pinned)
+    assert "python-multipart==" + importlib.metadata.version("python-multipart") in pinned  # the template's forms
     assert all("==" in r for r in pinned)
     manifest = json.loads((packed[0] / gpu_kit.MANIFEST).read_text())
     assert manifest["parts"] == len(packed) and manifest["wheels"] == ["kitdemo-1.0-py3-none-any.whl"]
