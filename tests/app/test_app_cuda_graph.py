@@ -5,6 +5,7 @@ which thread."""
 import asyncio
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -142,3 +143,11 @@ def test_cuda_graph_is_a_setting(monkeypatch):
     assert Settings().cuda_graph is False
     monkeypatch.setenv("CAPSNET_CUDA_GRAPH", "1")
     assert Settings().cuda_graph is True
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(), reason="onnxruntime without CUDA")
+@pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="a GPU here: the session starts on CUDA")
+def test_a_session_that_falls_back_from_cuda_is_refused():
+    """ONNX Runtime starts a CUDA session on the CPU when CUDA cannot start: a graph refuses it, naming both."""
+    with pytest.raises(RuntimeError, match="runs this session on CPUExecutionProvider, not CUDAExecutionProvider"):
+        CudaGraph(fold(GRAPH, 1), NAMES, ("CUDAExecutionProvider", {}))
