@@ -7,7 +7,6 @@ benchmarks/cpu_profile.py times both.
 """
 
 from contextlib import aclosing
-from typing import Any
 
 import multipart
 from fastapi import HTTPException, Request
@@ -15,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from app import imaging
-from app.schemas import ErrorMessage, PredictRequest
+from app.schemas import PredictRequest, errors
 
 MAX_FIELDS = 16  # a multipart body's fields beside its `file`
 MAX_BOUNDARY = 70  # characters of a multipart boundary (RFC 2046)
@@ -43,9 +42,8 @@ IMAGE_BODY = {
         },
     }
 }
-IMAGE_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorMessage, "description": text}
-    for status, text in {
+IMAGE_ERRORS = errors(
+    {
         400: "malformed multipart body",
         404: "no such model",
         413: "body or image too large",
@@ -53,8 +51,8 @@ IMAGE_ERRORS: dict[int | str, dict[str, Any]] = {
         422: "not a usable image, bad option, iterations of a model whose graph has none",
         503: "the model is not ready, or too many requests are waiting",
         504: "the request waited past its deadline (CAPSNET_REQUEST_DEADLINE_S)",
-    }.items()
-}
+    }
+)
 
 
 async def read_file_field(request: Request, boundary: str) -> bytes:

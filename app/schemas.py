@@ -4,7 +4,7 @@ Shapes are in the schemas (min/max lengths) so that the OpenAPI document says th
 schemathesis checks them; the examples have the real shapes.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -440,6 +440,11 @@ class ModelCard(BaseModel):
 
 class ErrorMessage(BaseModel):
     detail: str = Field(examples=["the file is not a PNG, JPEG, BMP, GIF or WebP image"])
+
+
+def errors(described: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A route's `responses=` for OpenAPI: each status an ErrorMessage, with what it means."""
+    return {status: {"model": ErrorMessage, "description": text} for status, text in described.items()}
 
 
 # --- /v2/models/NAME/infer (the Open Inference Protocol) ----------------------------------------------

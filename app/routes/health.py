@@ -4,7 +4,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.deps import EnginesDep
-from app.schemas import ErrorMessage, Health, Ready
+from app.schemas import Health, Ready, errors
 
 router = APIRouter(tags=["health"])
 
@@ -18,7 +18,7 @@ async def health() -> Health:
     "/ready",
     response_model=Ready,
     summary="Every served model is loaded and warmed up",
-    responses={503: {"model": ErrorMessage, "description": "a model is still warming up, or its warm-up failed"}},
+    responses=errors({503: "a model is still warming up, or its warm-up failed"}),
 )
 async def ready(engines: EnginesDep):
     if not engines.ready:

@@ -5,7 +5,7 @@ from fastapi import APIRouter
 
 from app.deps import EngineDep, EnginesDep
 from app.engine import Engine
-from app.schemas import Batching, ErrorMessage, ModelCard, ModelEntry, Models
+from app.schemas import Batching, ModelCard, ModelEntry, Models, errors
 from model.card import read_dimensions
 
 router = APIRouter(tags=["models"])
@@ -51,11 +51,9 @@ async def models(engines: EnginesDep) -> Models:
     "/model",
     response_model=ModelCard,
     summary="A model's card and the execution providers in use (?model=)",
-    responses={
-        404: {"model": ErrorMessage, "description": "no such model"},
-        422: {"model": ErrorMessage, "description": "a model name that is not one (over 64 characters)"},
-        503: {"model": ErrorMessage, "description": "the model is not ready"},
-    },
+    responses=errors(
+        {404: "no such model", 422: "a model name that is not one (over 64 characters)", 503: "the model is not ready"}
+    ),
 )
 async def model(engine: EngineDep) -> ModelCard:
     batching = Batching.model_validate(engine.settings, from_attributes=True)

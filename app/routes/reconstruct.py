@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Response
 
 from app import answer
 from app.deps import EngineDep, parse_include
-from app.schemas import DRAWING_OPTIONS, ErrorMessage, ReconstructRequest, ReconstructResponse
+from app.schemas import DRAWING_OPTIONS, ReconstructRequest, ReconstructResponse, errors
 
 router = APIRouter(tags=["model"])
 
@@ -17,13 +17,15 @@ router = APIRouter(tags=["model"])
     "/reconstruct",
     response_model=ReconstructResponse,
     summary="Draw class capsules with a model's decoder",
-    responses={
-        400: {"model": ErrorMessage, "description": "the body is not UTF-8 text"},
-        404: {"model": ErrorMessage, "description": "no such model"},
-        422: {"model": ErrorMessage, "description": "bad digit, capsule or batch size"},
-        503: {"model": ErrorMessage, "description": "the model is not ready, or too many requests are waiting"},
-        504: {"model": ErrorMessage, "description": "the request waited past its deadline"},
-    },
+    responses=errors(
+        {
+            400: "the body is not UTF-8 text",
+            404: "no such model",
+            422: "bad digit, capsule or batch size",
+            503: "the model is not ready, or too many requests are waiting",
+            504: "the request waited past its deadline",
+        }
+    ),
 )
 async def reconstruct(
     body: ReconstructRequest,
