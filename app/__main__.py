@@ -3,14 +3,18 @@
 Every configured model (CAPSNET_MODELS) is loaded and warmed up before the server opens its port: a
 model that cannot load or run ends the process with exit status 1 and one line naming it and saying
 why, for an orchestrator to see. One worker (CAPSNET_WORKERS=1) serves from this process; several are
-uvicorn's worker processes under this one (app/workers.py)."""
+uvicorn's worker processes under this one (app/workers.py). Either way the workers count their requests on
+a board (app/cores.py), so that a request alone on the server runs as fast as the cores allow."""
 
 import logging
 import sys
+import tempfile
+from pathlib import Path
 
 import uvicorn
 from pydantic import ValidationError
 
+from app import cores
 from app.engine import Engines, ModelLoadError
 from app.http_protocol import uvicorn_options
 from app.main import create_app
@@ -24,20 +28,21 @@ def serve_one(settings: Settings) -> None:
     Raises:
         ModelLoadError naming a model that cannot load or run.
     """
-    app = create_app(settings)
-    app.state.preloaded = Engines(settings, app.state.metrics)
-    app.state.preloaded.warm_up()
-    # one process, one engine per model: concurrency comes from the event loop and the batchers
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
-        timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
-        timeout_keep_alive=settings.keep_alive_s,
-        **uvicorn_options(settings),  # slow clients and the connections a worker holds
-    )
+    with tempfile.TemporaryDirectory(prefix="capsnet-") as folder, cores.shared_board(Path(folder)):
+        app = create_app(settings)
+        app.state.preloaded = Engines(settings, app.state.metrics)
+        app.state.preloaded.warm_up()
+        # one process, one engine per model: concurrency comes from the event loop and the batchers
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
+            timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
+            timeout_keep_alive=settings.keep_alive_s,
+            **uvicorn_options(settings),  # slow clients and the connections a worker holds
+        )
 
 
 def main() -> None:

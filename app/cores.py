@@ -1,13 +1,16 @@
 """Which worker processes hold requests: a board they share, so that a request alone on the server can
-take the cores that no other worker is using.
+take the cores that no other worker is using, and run on them as fast as they allow.
 
 With several workers each ONNX Runtime session has a share of the cores (Settings.session_threads),
 which keeps a loaded server from running more threads than it has cores; but a request alone on the
-server would finish sooner on all of them. Each worker counts its requests in flight on the board, a
-small file that the parent makes and every worker maps (app/middleware.py's BoardMiddleware counts). A
-worker about to run a single image for its only request, while every other worker has held no request
-for QUIET_S, runs it on its wide session (app/engine.py: the default model's, every available core). Under
-load the others are rarely quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py
+server would finish sooner on all of them. A single worker's sessions have every core, but their threads
+sleep between the parts of a run (Settings.intra_op_spinning), so that under load they leave the event
+loop its core; a request alone would finish sooner with threads that spin within its run. Each worker
+(one included) counts its requests in flight on the board, a small file that the serving process makes and
+every worker maps (shared_board; app/middleware.py's BoardMiddleware counts). A worker about to run a single
+image for its only request, while every other worker has held no request for QUIET_S, runs it on its wide
+session (app/engine.py: the default model's, every available core, spinning within the run). Under load
+the others are rarely quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py
 measures both). While a worker serves alone, its event loop's thread and its batchers' threads also stay
 on one core of its own (Home): a lone request is handed from one to the other and back, and each hand-over
 wakes a thread, which is cheaper on the core the waker leaves idle than on another.
@@ -40,6 +43,16 @@ def make_board(path: Path) -> Path:
     """An empty board at path, for the workers to come."""
     path.write_bytes(bytes(SLOTS * _SLOT.itemsize))
     return path
+
+
+@contextlib.contextmanager
+def shared_board(folder: Path):
+    """An empty board in folder, named (BOARD) to this process and the workers it starts, for the block."""
+    os.environ[BOARD] = str(make_board(folder / "cores.board"))
+    try:
+        yield
+    finally:  # nothing started after this may look for it
+        os.environ.pop(BOARD)
 
 
 class Board:
@@ -84,7 +97,7 @@ class Board:
 
 @cache
 def this_worker() -> Board | None:
-    """This process's slot on the board when its parent made one (several workers), else None; None with a
+    """This process's slot on the board when the serving process made one (shared_board), else None; None with a
     warning when the board cannot be used (lone requests then keep the worker's share of the cores)."""
     path = os.environ.get(BOARD)
     if not path:

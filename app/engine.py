@@ -112,8 +112,8 @@ class Engine:
         directory: holds capsnet.onnx, decoder.onnx, capsnet.json (and capsnet.int8.onnx).
         settings: providers, threads and batching limits.
         metrics: where batch sizes and inference times go (None: nowhere).
-        board: this worker's slot on the workers' board (app/cores.py), for the default model with several
-            workers: a single image of the server's only request then runs on `capsnet_wide`, every core.
+        board: this worker's slot on the workers' board (app/cores.py), for the default model on several cores:
+            a single image of the server's only request then runs on `capsnet_wide`, every core.
     """
 
     def __init__(

@@ -93,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["*"],
             expose_headers=[REQUEST_ID],
         )
-    if (board := this_worker()) is not None:  # several workers: a lone request may take every core
+    if (board := this_worker()) is not None:  # served by python -m app: a lone request may take every core
         app.state.home = Home(board.slot)
         app.add_middleware(BoardMiddleware, board=board, home=app.state.home)  # outermost: every request counts
     for module in (predict, reconstruct, explain, models, health, inference_protocol):

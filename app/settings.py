@@ -157,9 +157,9 @@ class Settings(BaseSettings):
     @property
     def lone_request_threads(self) -> int:
         """Intra-op threads of the default model's session for a single image alone on the server, on the CPU
-        (app/cores.py): every available core with several workers sharing them (intra_op_threads unset) on
-        several cores, else 0: no such session."""
-        if self.intra_op_threads or self.workers == 1:
+        (app/cores.py): every available core where there are several and intra_op_threads is unset, else 0:
+        no such session."""
+        if self.intra_op_threads:
             return 0
         cores = available_cores()
         return cores if cores > 1 else 0

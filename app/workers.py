@@ -139,9 +139,8 @@ def serve_workers(settings: Settings) -> None:
         ModelLoadError if a model cannot serve, found by the parent's check or by a worker.
     """
     check_models_apart(settings)
-    with tempfile.TemporaryDirectory(prefix="capsnet-workers-") as metrics_dir:
+    with tempfile.TemporaryDirectory(prefix="capsnet-workers-") as metrics_dir, cores.shared_board(Path(metrics_dir)):
         os.environ[METRICS_DIR] = metrics_dir  # the workers inherit it
-        os.environ[cores.BOARD] = str(cores.make_board(Path(metrics_dir) / "cores.board"))
         config = uvicorn.Config(
             "app.workers:create_worker_app",
             factory=True,
@@ -158,7 +157,6 @@ def serve_workers(settings: Settings) -> None:
             supervisor.run()
         finally:  # the folder goes: nothing started after this may look for it
             os.environ.pop(METRICS_DIR)
-            os.environ.pop(cores.BOARD)
     if supervisor.failed_to_start:
         pid = supervisor.failed_to_start[0]
         raise ModelLoadError(f"the models: worker {pid} could not load them (its line above says why)")

@@ -98,7 +98,7 @@ def test_a_dead_workers_slot_is_taken_and_its_requests_forgotten(board_path):
 
 def test_lone_request_threads(two_cores, monkeypatch):
     assert Settings(workers=2).lone_request_threads == 2  # each session has 1 of the 2 cores
-    assert Settings(workers=1).lone_request_threads == 0  # one process: its sessions have every core
+    assert Settings(workers=1).lone_request_threads == 2  # one process: every core, spinning within the run
     assert Settings(workers=2, intra_op_threads=1).lone_request_threads == 0  # threads set: as set
     assert Settings(workers=3).lone_request_threads == 2
     monkeypatch.setattr(settings_module, "available_cores", lambda: 1)

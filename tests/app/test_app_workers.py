@@ -2,7 +2,7 @@
 both answer and GET /metrics counts them together; a worker killed under load is replaced, and the only
 requests without an answer are those on its own connections; SIGTERM answers what is in flight, then
 the port refuses and every process exits 0. A worker that cannot load its models stops the server. On
-the default threads a request alone on the server runs on every core, and under load few do."""
+the default threads a request alone on the server runs on every core, one worker's too, and under load few do."""
 
 import os
 import re
@@ -81,14 +81,16 @@ def lone_runs(url: str) -> int:
 
 
 @pytest.mark.skipif(available_cores() < 2, reason="one core: a worker's sessions have it all")
-def test_a_request_alone_on_the_server_runs_on_every_core_and_none_under_load(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_request_alone_on_the_server_runs_on_every_core_and_none_under_load(tmp_path, workers):
     port = free_port()
     url, body = f"http://127.0.0.1:{port}", tmp_path / "body"
     body.write_bytes(multipart(digit_png()))
     env = {key: value for key, value in ENV.items() if key != "CAPSNET_INTRA_OP_THREADS"}  # the default threads
-    server = start_api(port, env, timeout=120)
+    server = start_api(port, {**env, "CAPSNET_WORKERS": str(workers)}, timeout=120)
     try:
-        wait_for_workers(url, 2, timeout=60)
+        if workers > 1:  # one worker is ready once /ready answers (start_api)
+            wait_for_workers(url, workers, timeout=60)
         for _ in range(3):
             time.sleep(2 * cores.QUIET_S)  # the other worker quiet (it may have answered the last one)
             request = urllib.request.Request(f"{url}/predict?include=", body.read_bytes(), {"Content-Type": MULTIPART})
