@@ -1,5 +1,5 @@
 """The served graph's session.run four ways, by batch: plain, with I/O binding, on a folded graph of one batch
-size, and replayed as a CUDA graph.
+size, and replayed as a CUDA graph; and the folded graph in fp16, and its CUDA graph under other options.
 
 $ python -m benchmarks.run_binding                       # CUDA where onnxruntime-gpu has a device, else CPU
 $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 --runs 20 --out r.json
@@ -10,15 +10,20 @@ $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 -
   fixed batch  session.run of app/cuda_graph.py's fold(): the graph with its batch axis fixed to the
                batch's size, its constants folded by ONNX Runtime's basic optimiser until nothing more
                folds (the report gives each graph's nodes; on a GPU each node is a kernel launch).
+  fixed batch, fp16  the same graph with its weights and arithmetic in fp16, its input and outputs float32
+               (ONNX Runtime's converter, `half`): what half precision costs the outputs (the last column)
   cuda graph   (CUDA only) app/cuda_graph.py's CudaGraph, as the engine replays a single image
                (Settings.cuda_graph): the provider's enable_cuda_graph on the same folded graph (a captured
                graph has one shape), input and outputs bound to fixed device buffers, the graph captured after
                ONNX Runtime's first runs and replayed from then on; the input copied in place and the outputs
                copied back each run. ONNX Runtime refuses the capture when a node still runs on the CPU: the
                reason is reported instead of a time, with the nodes its log places on the CPU.
+  cuda graph, fp16 / TF32 / exhaustive search  (CUDA only) the same of the fp16 graph, with TF32 convolutions
+               and matmuls (use_tf32 1), with cuDNN's convolution algorithms timed rather than guessed
+               (cudnn_conv_algo_search EXHAUSTIVE): what each would take off a single image's run
 Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
-warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS). Writes
-benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.
+warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS) unless the variant names
+others. Writes benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.
 """
 
 import argparse
@@ -44,6 +49,12 @@ from tests.harness import machine
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAMES = list(contract.CAPSNET_OUTPUTS)
+# the CUDA graph's variants beside the service's own: their provider options over PROVIDER_OPTIONS, fp16
+CUDA_VARIANTS = {
+    "cuda graph, fp16": ({}, True),
+    "cuda graph, TF32": ({"use_tf32": "1"}, False),
+    "cuda graph, exhaustive search": ({"cudnn_conv_algo_search": "EXHAUSTIVE"}, False),
+}
 
 
 def session(graph: Path | bytes, provider: str, log: int = 3) -> ort.InferenceSession:
@@ -144,10 +155,19 @@ def fixed_batch(graph: bytes, provider: str, x: np.ndarray) -> Callable[[], list
     return plain(session(graph, provider), x)
 
 
-def cuda_graph(graph: bytes, x: np.ndarray, provider: str) -> Callable[[], list[np.ndarray]]:
+def half(graph: bytes) -> bytes:
+    """graph with its float weights and arithmetic in fp16, its input and outputs float32 (ONNX Runtime's
+    converter, which keeps casts at the graph's edges)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(onnx.load_from_string(graph), keep_io_types=True).SerializeToString()
+
+
+def cuda_graph(graph: bytes, x: np.ndarray, provider: str, options: dict | None = None) -> Callable[[], list]:
     """app/cuda_graph.py's replay of the graph folded for x's batch, as the engine runs a single image (the first
-    runs capture it, on this thread, which runs it from then on)."""
-    replay = CudaGraph(graph, NAMES, (provider, PROVIDER_OPTIONS.get(provider, {})))
+    runs capture it, on this thread, which runs it from then on); `options` over the service's."""
+    replay = CudaGraph(graph, NAMES, (provider, {**PROVIDER_OPTIONS.get(provider, {}), **(options or {})}))
     return lambda: replay.run(x)
 
 
@@ -175,27 +195,30 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
         ms, expected = timed(plain(base, x), runs)
         rows.append({"batch": batch, "variant": "run", "nodes": free_nodes, "p50_ms": ms, "max_abs_diff": 0.0})
         fixed = fold(graph, batch)
-        folded_nodes = node_count(fixed)
-        nodes = {"run": free_nodes, "binding": free_nodes, "fixed batch": folded_nodes, "cuda graph": folded_nodes}
+        halved = half(fixed)
+        folded_nodes, halved_nodes = node_count(fixed), node_count(halved)
         variants = {
-            "binding": partial(binding, base, x, device_of(provider)),
-            "fixed batch": partial(fixed_batch, fixed, provider, x),
+            "binding": (free_nodes, partial(binding, base, x, device_of(provider))),
+            "fixed batch": (folded_nodes, partial(fixed_batch, fixed, provider, x)),
+            "fixed batch, fp16": (halved_nodes, partial(fixed_batch, halved, provider, x)),
         }
         if provider == "CUDAExecutionProvider":
-            variants["cuda graph"] = partial(cuda_graph, fixed, x, provider)
-        for variant, make in variants.items():
+            variants["cuda graph"] = (folded_nodes, partial(cuda_graph, fixed, x, provider))
+            for variant, (options, fp16) in CUDA_VARIANTS.items():
+                graph_of, nodes = (halved, halved_nodes) if fp16 else (fixed, folded_nodes)
+                variants[variant] = (nodes, partial(cuda_graph, graph_of, x, provider, options))
+        for variant, (nodes, make) in variants.items():
             try:
                 ms, got = timed(make(), runs)
             except Exception as exc:  # ONNX Runtime's refusal is the finding
                 error = " ".join(str(exc).split())
-                row = {"batch": batch, "variant": variant, "nodes": nodes[variant], "p50_ms": None, "error": error}
-                if variant == "cuda graph":  # and the nodes it keeps off the GPU, where its log says
-                    row["placed_off"] = off_provider(fixed, provider)
+                row = {"batch": batch, "variant": variant, "nodes": nodes, "p50_ms": None, "error": error}
+                if variant.startswith("cuda graph"):  # and the nodes it keeps off the GPU, where its log says
+                    row["placed_off"] = off_provider(halved if "fp16" in variant else fixed, provider)
                 rows.append(row)
                 continue
             diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))
-            row = {"batch": batch, "variant": variant, "nodes": nodes[variant], "p50_ms": ms, "max_abs_diff": diff}
-            rows.append(row)
+            rows.append({"batch": batch, "variant": variant, "nodes": nodes, "p50_ms": ms, "max_abs_diff": diff})
     return rows
 
 

@@ -1,0 +1,47 @@
+"""benchmarks.cuda_kernels: its table and report from the profiler's kernels, its profiler read on this machine's
+PyTorch, and its refusal without CUDA (the figures need a GPU)."""
+
+import pytest
+import torch
+
+from benchmarks import cuda_kernels
+
+
+def test_kernels_are_summed_by_name_per_replay_the_longest_first():
+    seen = [("conv", 30.0), ("softmax", 2.0), ("conv", 34.0), ("softmax", 2.5), ("copy", 1.0), ("softmax", 2.5)]
+    table = cuda_kernels.kernel_table(seen, runs=2)
+    assert table["gpu_us"] == 36.0  # 72 µs over two replays
+    assert [row["kernel"] for row in table["kernels"]] == ["conv", "softmax", "copy"]
+    assert table["kernels"][1] == {"kernel": "softmax", "launches": 1.5, "us": 3.5}
+
+
+def test_the_report_shows_each_variant_or_why_it_has_no_figures():
+    table = cuda_kernels.kernel_table([("k" * 200, 10.0), ("short", 1.0)], runs=1)
+    report = {
+        "device": "a GPU",
+        "graph": "mnist/capsnet.onnx",
+        "when": "2026-11-26 16:00",
+        "runs": 1,
+        "rows": [{"variant": "cuda graph", "wall_ms": 0.9, **table}, {"variant": "cuda graph, fp16", "error": "no"}],
+    }
+    text = cuda_kernels.markdown(report)
+    assert "## cuda graph\n\nWall 0.9 ms a replay; the GPU's kernels 11.0 µs, 2 launches." in text
+    assert f"| `{'k' * cuda_kernels.NAME_CHARS}` | 1 | 10.0 |" in text
+    assert "## cuda graph, fp16\n\nNo figures: no" in text
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_the_profiler_sees_no_kernel_of_work_on_the_cpu():
+    """PyTorch's profiler as the benchmark reads it (events, their device and time range): CPU work is no
+    kernel of the GPU's."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: its kernels would be seen")
+    a = torch.ones(64, 64)
+    assert cuda_kernels.profiled(lambda: a @ a, runs=3) == []
+
+
+def test_without_cuda_it_says_what_it_needs(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(SystemExit, match="needs onnxruntime-gpu and a CUDA device"):
+        cuda_kernels.main(["--out", str(tmp_path / "k.json")])
