@@ -17,8 +17,8 @@ turn at one client and at the most: the rows the targets read; on CUDA (or with 
 default service with CAPSNET_CUDA_GRAPH=1 beside them (rows `cuda graph`: a single image replayed as
 a CUDA graph, app/cuda_graph.py). Last, the real `python -m app` (mnist)
 with 1, 2, ... worker processes (CAPSNET_WORKERS, its default threads),
-all running at once and loaded in turn, /predict?include= and the full answer at the most clients, beside
-the bare model's batch-64 images/s; and the same app on Ray Serve with 1, 2, ... replicas (with the `ray`
+all running at once and loaded in turn, /predict?include= and the full answer at one client and at the
+most, beside the bare model's batch-64 images/s; and the same app on Ray Serve with 1, 2, ... replicas (with the `ray`
 extra; `make bench` installs it). Each figure with a target (targets()) is listed beside it. Where the
 machine has four cores or more, the servers are pinned to the first half of them (ONNX Runtime gets that
 many threads) and this process, the load generator, to the rest, so that the two do not take each other's
@@ -248,11 +248,12 @@ def median_round(runs: list[dict]) -> dict:
 
 
 def bench_workers(
-    workers_list, clients: int, seconds: float, body: Path, server_cpus: set[int], rounds: int = ROUNDS
+    workers_list, clients_list, seconds: float, body: Path, server_cpus: set[int], rounds: int = ROUNDS
 ) -> list[dict]:
     """`python -m app` serving mnist with each number of workers, all started at once on the server's cores,
     then loaded in turn, `rounds` times each (other work on a shared machine then weighs on each alike):
-    /predict?include= and the full answer (SCALED) from `clients` clients; per row the round of median req/s."""
+    /predict?include= and the full answer (SCALED) from each number of clients; per row the round of median
+    req/s."""
     servers = {}
     try:
         for workers in workers_list:
@@ -261,19 +262,20 @@ def bench_workers(
             servers[workers] = (start_api(port, env, cpus=server_cpus), f"http://{HOST}:{port}")
             if workers > 1:
                 wait_for_workers(servers[workers][1], workers)
-            hey(f"{servers[workers][1]}/predict", body, clients, 0.5)  # warm-up
-        results: dict[tuple[int, str], list[dict]] = {}
+            hey(f"{servers[workers][1]}/predict", body, max(clients_list), 0.5)  # warm-up
+        results: dict[tuple[int, str, int], list[dict]] = {}
         for _ in range(rounds):
-            for include, query in SCALED:
-                for workers, (_, base) in servers.items():
-                    run = hey(f"{base}/predict{query}", body, clients, seconds)
-                    results.setdefault((workers, include), []).append(run)
+            for clients in clients_list:
+                for include, query in SCALED:
+                    for workers, (_, base) in servers.items():
+                        run = hey(f"{base}/predict{query}", body, clients, seconds)
+                        results.setdefault((workers, include, clients), []).append(run)
     finally:
         for process, _ in servers.values():
             process.terminate()
             process.wait(60)
     rows = []
-    for (workers, include), runs in results.items():
+    for (workers, include, clients), runs in results.items():
         rows.append(
             {"workers": workers, "endpoint": "/predict", "include": include, "clients": clients, **median_round(runs)}
         )
@@ -311,13 +313,14 @@ def bare_session_run(base: str) -> dict:
 
 
 def scaled_rows(rows: list[dict], key: str, images_per_s: float | None = None) -> list[str]:
-    """Markdown rows of the workers' or replicas' table (`key`), with req/s over the bare images/s if given."""
+    """Markdown rows of the workers' or replicas' table (`key`), with req/s over the bare images/s if given
+    (beside the rows of several clients: one client's rate is its latency's)."""
     lines = []
     for r in rows:
         rounds = ", ".join(map(str, r["rps_rounds"]))
         cells = [r[key], r["include"], r["clients"], r["p50_ms"], r["p99_ms"], f"{r['rps']} ({rounds})"]
         if images_per_s:
-            cells.append(round(r["rps"] / images_per_s, 3))
+            cells.append(round(r["rps"] / images_per_s, 3) if r["clients"] > 1 else "")
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 
@@ -350,8 +353,8 @@ def markdown(report: dict) -> str:
     images_per_s = bare[f"batch_{BATCH}_images_per_s"]
     lines += [
         "",
-        f"`python -m app` with several worker processes (mnist; include: none is `?include=`, all the full "
-        f"answer), beside the bare model's {images_per_s} images/s at batch {BATCH}:",
+        f"`python -m app` with each number of worker processes (mnist; include: none is `?include=`, all the "
+        f"full answer), beside the bare model's {images_per_s} images/s at batch {BATCH}:",
         "",
         "| workers | include | clients | p50 ms | p99 ms | req/s (each round) | req/s / bare images/s |",
         "|---:|---|---:|---:|---:|---:|---:|",
@@ -422,7 +425,7 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> 
             None,
         )
         for r in workers
-        if r["include"] == "none"
+        if r["include"] == "none" and r["clients"] == top
     ]
     if on_gpu:
         p50 = row("default", "/predict", "none", 1)["p50_ms"]
@@ -471,7 +474,7 @@ def main(argv=None) -> dict:
         cuda_graph = args.cuda_graph or providers[0] == "CUDAExecutionProvider"
         rows += bench_default_and_template(top_and_one, args.seconds, body, server_cpus, cuda_graph)
         workers = [int(w) for w in args.workers.split(",")]
-        worker_rows = bench_workers(workers, max(clients), args.seconds, body, server_cpus)
+        worker_rows = bench_workers(workers, top_and_one, args.seconds, body, server_cpus)
         replicas = [int(n) for n in args.replicas.split(",") if n]
         ray_rows = bench_ray(replicas, max(clients), args.seconds, body) if replicas else []
     bare = {key: round(float(np.mean([b[key] for b in bares])), 3) for key in bares[0]}  # both servers' moments

@@ -33,9 +33,9 @@ def test_serve_bench_writes_its_report(tmp_path):
     assert cuda_graph_rows and all(r["replayed"] == 0 for r in cuda_graph_rows)
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
     assert "Bare session.run" in (tmp_path / "serve.md").read_text()
-    workers = report["workers"]  # `python -m app` with one and two worker processes, at the most clients
+    workers = report["workers"]  # `python -m app` with one and two worker processes, at one client and the most
     assert sorted((r["workers"], r["include"], r["clients"]) for r in workers) == [
-        (w, include, 2) for w in (1, 2) for include in ("all", "none")
+        (w, include, c) for w in (1, 2) for include in ("all", "none") for c in (1, 2)
     ]
     assert all(r["rps"] > 0 and len(r["rps_rounds"]) == serve_bench.ROUNDS for r in workers)
     assert report["ray"] == []
