@@ -6,6 +6,7 @@ why, for an orchestrator to see. One worker (CAPSNET_WORKERS=1) serves from this
 uvicorn's worker processes under this one (app/workers.py). Either way the workers count their requests on
 a board (app/cores.py), so that a request alone on the server runs as fast as the cores allow."""
 
+import contextlib
 import logging
 import sys
 import tempfile
@@ -28,7 +29,12 @@ def serve_one(settings: Settings) -> None:
     Raises:
         ModelLoadError naming a model that cannot load or run.
     """
-    with tempfile.TemporaryDirectory(prefix="capsnet-") as folder, cores.shared_board(Path(folder)):
+    with contextlib.ExitStack() as stack:
+        try:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="capsnet-"))
+            stack.enter_context(cores.shared_board(Path(folder)))
+        except OSError as exc:  # no writable temporary folder: the worker serves, its lone requests as any other
+            logging.getLogger(__name__).warning("no board for this worker's requests (%s)", exc)
         app = create_app(settings)
         app.state.preloaded = Engines(settings, app.state.metrics)
         app.state.preloaded.warm_up()

@@ -10,10 +10,11 @@ loop its core; a request alone would finish sooner with threads that spin within
 every worker maps (shared_board; app/middleware.py's BoardMiddleware counts). A worker about to run a single
 image for its only request, while every other worker has held no request for QUIET_S, runs it on its wide
 session (app/engine.py: the default model's, every available core, spinning within the run). Under load
-the others are rarely quiet that long, so the sessions keep their shares (benchmarks/serve_bench.py
-measures both). While a worker serves alone, its event loop's thread and its batchers' threads also stay
-on one core of its own (Home): a lone request is handed from one to the other and back, and each hand-over
-wakes a thread, which is cheaper on the core the waker leaves idle than on another.
+a worker rarely holds one request alone, and the others are rarely quiet that long, so the sessions keep
+their shares (benchmarks/serve_bench.py measures both). While a worker serves alone, its event loop's
+thread and its batchers' threads also stay on one core of its own (Home): a lone request is handed from one
+to the other and back, and each hand-over wakes a thread, which is cheaper on the core the waker leaves idle
+than on another.
 """
 
 import contextlib
@@ -31,7 +32,7 @@ from app.settings import available_cores
 
 log = logging.getLogger(__name__)
 
-BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the parent for its workers (not a setting)
+BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the serving process (shared_board; not a setting)
 SLOTS = 256  # as many as Settings.workers allows
 QUIET_S = 0.05  # how long every other worker must have held no request for a lone one to take every core
 # a worker's slot: its pid, its requests in flight and when its last one ended (time.monotonic, which is
@@ -52,7 +53,7 @@ def shared_board(folder: Path):
     try:
         yield
     finally:  # nothing started after this may look for it
-        os.environ.pop(BOARD)
+        os.environ.pop(BOARD, None)
 
 
 class Board:
@@ -136,17 +137,24 @@ class Home:
         self.pins = len(ordered) > 1 and available_cores() == len(ordered)
         self.threads: tuple[int, ...] = ()
         self.pinned = False
+        self._free: frozenset[str] = frozenset()  # the worker's threads as it pinned: on every core meanwhile
 
     def keep(self, threads: list[int]) -> None:
         """The native ids of the threads that carry a request: the event loop's and the batchers'."""
         self.threads = tuple(threads)
 
     def settle(self, alone: bool) -> None:
-        """Pin the kept threads to the home core when the worker serves alone, else let every thread of the
-        worker (those started while pinned, which inherit the home, included) run on every core again."""
+        """Pin the kept threads to the home core when the worker serves alone, else let them, and the threads
+        started while they were pinned (which inherit the home), run on every core again. The others were never
+        pinned and are left alone: a worker's sessions hold dozens of threads on many cores, and a worker whose
+        requests come one by one settles at most of them."""
         if alone == self.pinned or not self.pins or not self.threads:
             return
-        threads = self.threads if alone else [int(tid) for tid in os.listdir("/proc/self/task")]
+        if alone:
+            self._free = frozenset(os.listdir("/proc/self/task"))
+            threads = self.threads
+        else:
+            threads = (*self.threads, *(int(tid) for tid in set(os.listdir("/proc/self/task")) - self._free))
         try:
             for tid in threads:
                 with contextlib.suppress(ProcessLookupError):  # a thread that has ended meanwhile

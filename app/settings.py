@@ -158,8 +158,8 @@ class Settings(BaseSettings):
     def lone_request_threads(self) -> int:
         """Intra-op threads of the default model's session for a single image alone on the server, on the CPU
         (app/cores.py): every available core where there are several and intra_op_threads is unset, else 0:
-        no such session."""
-        if self.intra_op_threads:
+        no such session (nor for one worker whose sessions spin already: they have every core)."""
+        if self.intra_op_threads or (self.workers == 1 and self.intra_op_spinning):
             return 0
         cores = available_cores()
         return cores if cores > 1 else 0

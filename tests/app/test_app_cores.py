@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app import __main__ as serving
 from app import cores
 from app import settings as settings_module
 from app.engine import Engine
@@ -100,6 +101,7 @@ def test_lone_request_threads(two_cores, monkeypatch):
     assert Settings(workers=2).lone_request_threads == 2  # each session has 1 of the 2 cores
     assert Settings(workers=1).lone_request_threads == 2  # one process: every core, spinning within the run
     assert Settings(workers=2, intra_op_threads=1).lone_request_threads == 0  # threads set: as set
+    assert Settings(workers=1, intra_op_spinning=True).lone_request_threads == 0  # its sessions spin already
     assert Settings(workers=3).lone_request_threads == 2
     monkeypatch.setattr(settings_module, "available_cores", lambda: 1)
     assert Settings(workers=2).lone_request_threads == 0  # one core: nothing to take
@@ -133,7 +135,7 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
         assert runs[-1] == "capsnet"
     for one, both in zip(alone, pair, strict=True):  # the same graph: the same outputs, to float error
         np.testing.assert_allclose(one[0], both[0], atol=1e-5)
-    assert Engine("mnist", contract.SHIPPED["mnist"], settings).capsnet_wide is None  # no board: one process
+    assert Engine("mnist", contract.SHIPPED["mnist"], settings).capsnet_wide is None  # no board: no lone runs
 
 
 def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
@@ -251,3 +253,33 @@ def test_home_stops_pinning_when_the_kernel_refuses(two_or_more_cores, monkeypat
     monkeypatch.setattr(cores.os, "sched_setaffinity", refuse)
     home.settle(True)  # a request is answered all the same
     assert not home.pins and not home.pinned and "stops pinning" in caplog.text
+
+
+@pytest.mark.parametrize("temporary", ["writable", "none"])
+def test_one_worker_serves_with_a_board_of_its_own_or_without_one(monkeypatch, caplog, temporary):
+    """`python -m app` with one worker makes a board for its requests while it serves, and removes it; with no
+    writable temporary folder it serves without one, and says so."""
+    served = []
+
+    def run(app, **_):  # uvicorn.run: what the worker would serve with
+        served.append((app.state.home is not None, os.environ.get(cores.BOARD)))
+
+    def unwritable(**_):
+        raise PermissionError(13, "Permission denied", "/tmp")
+
+    if temporary == "none":
+        monkeypatch.setattr(serving.tempfile, "TemporaryDirectory", unwritable)
+    monkeypatch.setattr(serving.uvicorn, "run", run)
+    monkeypatch.delenv(cores.BOARD, raising=False)
+    cores.this_worker.cache_clear()
+    try:
+        serving.serve_one(Settings(models=["mnist"], workers=1, providers=["CPUExecutionProvider"]))
+    finally:
+        cores.this_worker.cache_clear()
+    [(home, board)] = served
+    if temporary == "none":
+        assert not home and board is None and "no board for this worker's requests" in caplog.text
+    else:
+        assert home and board is not None and board.endswith("cores.board")
+        assert not os.path.exists(board)  # its folder is gone with the server
+    assert cores.BOARD not in os.environ

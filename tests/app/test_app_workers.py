@@ -92,7 +92,7 @@ def test_a_request_alone_on_the_server_runs_on_every_core_and_none_under_load(tm
         if workers > 1:  # one worker is ready once /ready answers (start_api)
             wait_for_workers(url, workers, timeout=60)
         for _ in range(3):
-            time.sleep(2 * cores.QUIET_S)  # the other worker quiet (it may have answered the last one)
+            time.sleep(2 * cores.QUIET_S)  # with two, the other worker quiet (it may have answered the last one)
             request = urllib.request.Request(f"{url}/predict?include=", body.read_bytes(), {"Content-Type": MULTIPART})
             with urllib.request.urlopen(request, timeout=30) as response:
                 assert response.status == 200
