@@ -1,14 +1,15 @@
-"""Where a single image's CUDA graph spends the GPU's time: the kernels it runs, by name, from PyTorch's
-profiler (CUPTI records every kernel of the process, ONNX Runtime's included).
+"""Where a single image's CUDA graph spends the GPU's time: the kernels and copies it runs, by name, from
+PyTorch's profiler (CUPTI records every kernel of the process, ONNX Runtime's included).
 
 $ python3 -m benchmarks.cuda_kernels --out $OUT/cuda_kernels.json    # on a GPU, with PyTorch (the GPU machine's)
 
 The served fp32 graph folded for batch 1 (app/cuda_graph.py's fold), replayed as the engine replays a single
 image (CudaGraph, the service's provider options), beside the same under TF32 and in fp16
-(benchmarks/run_binding.py's variants). For each: the replay's median wall time, then RUNS replays under the
-profiler, and per kernel name its launches and GPU µs per replay. The sum of every kernel's µs beside the
-wall time tells a run bound by its kernels from one bound by the gaps between them (launches, copies, the
-host). Writes benchmarks/results/cuda_kernels.json and .md. Not a test; without CUDA it says so and exits.
+(benchmarks/run_binding.py's variants). For each: the replay's median wall time after warm-up (the capture
+included), then --runs replays under the profiler, and per name (a kernel, a copy or a memset) its launches
+and GPU µs per replay. The sum of their µs beside the wall time tells a run bound by its kernels from one
+bound by the gaps between them (launches, the host); a profiler that sees none says so. Writes
+benchmarks/results/cuda_kernels.json and .md. Not a test; without CUDA it says so and exits.
 """
 
 import argparse
@@ -22,22 +23,21 @@ import numpy as np
 
 from app.cuda_graph import fold
 from app.engine import cuda_devices
-from benchmarks.cpu_profile import median_ms
 from benchmarks.report import write_report
-from benchmarks.run_binding import CUDA_VARIANTS, cuda_graph, half
+from benchmarks.run_binding import CUDA_VARIANTS, cuda_graph, half, timed
 from model import contract
 from tests.harness import machine
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 PROVIDER = "CUDAExecutionProvider"
 VARIANTS = ("cuda graph", "cuda graph, TF32", "cuda graph, fp16")
-SHOWN = 15  # kernels a variant's table lists, the longest first
+SHOWN = 15  # names a variant's table lists, the longest first
 NAME_CHARS = 90  # cuDNN's and cuBLAS's kernel names are long templates
 
 
 def kernel_table(kernels: Iterable[tuple[str, float]], runs: int) -> dict:
-    """(name, µs) of every kernel the profiler saw over `runs` replays -> the GPU µs per replay, and per name
-    its launches and µs per replay, the longest first."""
+    """(name, µs) of every kernel and copy the profiler saw over `runs` replays -> the GPU µs per replay, and
+    per name its launches and µs per replay, the longest first."""
     launches: collections.Counter[str] = collections.Counter()
     micros: collections.defaultdict[str, float] = collections.defaultdict(float)
     for name, us in kernels:
@@ -50,16 +50,17 @@ def kernel_table(kernels: Iterable[tuple[str, float]], runs: int) -> dict:
     return {"gpu_us": round(sum(micros.values()) / runs, 2), "kernels": rows}
 
 
-def profiled(step: Callable[[], object], runs: int) -> list[tuple[str, float]]:
-    """(name, µs) of each kernel, memory copy and set that the GPU ran during `runs` calls of step."""
+def profiled(step: Callable[[], object], runs: int, device: str = "CUDA") -> list[tuple[str, float]]:
+    """(name, µs) of each event on `device` (torch.autograd.DeviceType's name) during `runs` calls of step: on
+    CUDA each kernel, memory copy and set that the GPU ran."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:  # PyTorch's own ops: none
         for _ in range(runs):
             step()  # done when it returns: its outputs are copied back to the host
-    device = torch.autograd.DeviceType.CUDA
-    return [(event.name, event.time_range.elapsed_us()) for event in prof.events() if event.device_type == device]
+    kind = getattr(torch.autograd.DeviceType, device)
+    return [(event.name, event.time_range.elapsed_us()) for event in prof.events() if event.device_type == kind]
 
 
 def measure(graph: Path, runs: int) -> list[dict]:
@@ -67,12 +68,15 @@ def measure(graph: Path, runs: int) -> list[dict]:
     fixed = fold(graph, 1)
     rows: list[dict] = []
     for variant in VARIANTS:
-        options, fp16 = CUDA_VARIANTS.get(variant, ({}, False))
+        options, precision = CUDA_VARIANTS.get(variant, ({}, "fp32"))
         try:
-            step = cuda_graph(half(fixed) if fp16 else fixed, x, PROVIDER, options)
-            wall = median_ms(step, runs)  # its warm-up captures the graph
-            table = kernel_table(profiled(step, runs), runs)
-        except Exception as exc:  # a refused capture, or a profiler that cannot start: the finding
+            step = cuda_graph(half(fixed) if precision == "fp16" else fixed, x, PROVIDER, options)
+            wall, _ = timed(step, runs)  # its warm-up runs capture the graph, as the engine's do
+            seen = profiled(step, runs)
+            if not seen:
+                raise RuntimeError("PyTorch's profiler saw no kernel of ONNX Runtime's on the GPU")
+            table = kernel_table(seen, runs)
+        except Exception as exc:  # a refused capture, or a profiler that cannot start or see: the finding
             rows.append({"variant": variant, "error": " ".join(str(exc).split())})
             continue
         rows.append({"variant": variant, "wall_ms": wall, **table})
@@ -84,8 +88,8 @@ def markdown(report: dict) -> str:
         f"# The kernels of a single image's CUDA graph ({report['device']})",
         "",
         f"{report['when']}; {report['graph']} folded for batch 1, replayed (app/cuda_graph.py); wall: the median "
-        f"replay, input copy and outputs' copies back included; GPU: the kernels' µs per replay, from PyTorch's "
-        f"profiler over {report['runs']} replays.",
+        f"replay, input copy and outputs' copies back included; GPU: the µs of its kernels and copies per replay, "
+        f"from PyTorch's profiler over {report['runs']} replays.",
     ]
     for row in report["rows"]:
         lines += ["", f"## {row['variant']}", ""]
@@ -93,10 +97,10 @@ def markdown(report: dict) -> str:
             lines.append(f"No figures: {row['error'][:300]}")
             continue
         lines += [
-            f"Wall {row['wall_ms']} ms a replay; the GPU's kernels {row['gpu_us']} µs, "
-            f"{sum(k['launches'] for k in row['kernels']):g} launches.",
+            f"Wall {row['wall_ms']} ms a replay; on the GPU {row['gpu_us']} µs, "
+            f"{sum(k['launches'] for k in row['kernels']):g} kernels and copies.",
             "",
-            "| kernel | launches a replay | µs a replay |",
+            "| kernel or copy | launches a replay | µs a replay |",
             "|---|---:|---:|",
         ]
         for kernel in row["kernels"][:SHOWN]:

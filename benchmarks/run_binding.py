@@ -49,11 +49,11 @@ from tests.harness import machine
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAMES = list(contract.CAPSNET_OUTPUTS)
-# the CUDA graph's variants beside the service's own: their provider options over PROVIDER_OPTIONS, fp16
+# the CUDA graph's variants beside the service's own: their provider options over PROVIDER_OPTIONS, the graph
 CUDA_VARIANTS = {
-    "cuda graph, fp16": ({}, True),
-    "cuda graph, TF32": ({"use_tf32": "1"}, False),
-    "cuda graph, exhaustive search": ({"cudnn_conv_algo_search": "EXHAUSTIVE"}, False),
+    "cuda graph, fp16": ({}, "fp16"),
+    "cuda graph, TF32": ({"use_tf32": "1"}, "fp32"),
+    "cuda graph, exhaustive search": ({"cudnn_conv_algo_search": "EXHAUSTIVE"}, "fp32"),
 }
 
 
@@ -195,26 +195,33 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
         ms, expected = timed(plain(base, x), runs)
         rows.append({"batch": batch, "variant": "run", "nodes": free_nodes, "p50_ms": ms, "max_abs_diff": 0.0})
         fixed = fold(graph, batch)
-        halved = half(fixed)
-        folded_nodes, halved_nodes = node_count(fixed), node_count(halved)
-        variants = {
-            "binding": (free_nodes, partial(binding, base, x, device_of(provider))),
-            "fixed batch": (folded_nodes, partial(fixed_batch, fixed, provider, x)),
-            "fixed batch, fp16": (halved_nodes, partial(fixed_batch, halved, provider, x)),
+        graphs: dict[str, tuple[bytes | None, int | None, str]] = {"fp32": (fixed, node_count(fixed), "")}
+        try:
+            halved = half(fixed)
+            graphs["fp16"] = (halved, node_count(halved), "")
+        except Exception as exc:  # the converter's refusal: the fp16 rows say it, the others run
+            graphs["fp16"] = (None, None, f"no fp16 graph: {exc}")
+        # each variant: the graph it runs (None: the session's own) and how to make its step of that graph
+        variants: dict[str, tuple[str | None, Callable[..., Callable[[], list[np.ndarray]]]]] = {
+            "binding": (None, partial(binding, base, x, device_of(provider))),
+            "fixed batch": ("fp32", partial(fixed_batch, provider=provider, x=x)),
+            "fixed batch, fp16": ("fp16", partial(fixed_batch, provider=provider, x=x)),
         }
         if provider == "CUDAExecutionProvider":
-            variants["cuda graph"] = (folded_nodes, partial(cuda_graph, fixed, x, provider))
-            for variant, (options, fp16) in CUDA_VARIANTS.items():
-                graph_of, nodes = (halved, halved_nodes) if fp16 else (fixed, folded_nodes)
-                variants[variant] = (nodes, partial(cuda_graph, graph_of, x, provider, options))
-        for variant, (nodes, make) in variants.items():
+            variants["cuda graph"] = ("fp32", partial(cuda_graph, x=x, provider=provider))
+            for variant, (options, kind) in CUDA_VARIANTS.items():
+                variants[variant] = (kind, partial(cuda_graph, x=x, provider=provider, options=options))
+        for variant, (precision, make) in variants.items():
+            graph_of, nodes, why = graphs[precision] if precision else (None, free_nodes, "")
             try:
-                ms, got = timed(make(), runs)
+                if precision and graph_of is None:
+                    raise RuntimeError(why)
+                ms, got = timed(make(graph_of) if precision else make(), runs)
             except Exception as exc:  # ONNX Runtime's refusal is the finding
                 error = " ".join(str(exc).split())
                 row = {"batch": batch, "variant": variant, "nodes": nodes, "p50_ms": None, "error": error}
-                if variant.startswith("cuda graph"):  # and the nodes it keeps off the GPU, where its log says
-                    row["placed_off"] = off_provider(halved if "fp16" in variant else fixed, provider)
+                if variant.startswith("cuda graph") and graph_of:  # and the nodes it keeps off the GPU (its log)
+                    row["placed_off"] = off_provider(graph_of, provider)
                 rows.append(row)
                 continue
             diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))

@@ -25,18 +25,21 @@ def test_the_report_shows_each_variant_or_why_it_has_no_figures():
         "rows": [{"variant": "cuda graph", "wall_ms": 0.9, **table}, {"variant": "cuda graph, fp16", "error": "no"}],
     }
     text = cuda_kernels.markdown(report)
-    assert "## cuda graph\n\nWall 0.9 ms a replay; the GPU's kernels 11.0 µs, 2 launches." in text
+    assert "## cuda graph\n\nWall 0.9 ms a replay; on the GPU 11.0 µs, 2 kernels and copies." in text
     assert f"| `{'k' * cuda_kernels.NAME_CHARS}` | 1 | 10.0 |" in text
     assert "## cuda graph, fp16\n\nNo figures: no" in text
 
 
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
-def test_the_profiler_sees_no_kernel_of_work_on_the_cpu():
-    """PyTorch's profiler as the benchmark reads it (events, their device and time range): CPU work is no
-    kernel of the GPU's."""
+def test_the_profiler_is_read_by_device_name_and_time():
+    """PyTorch's profiler as the benchmark reads it (events, their device, name and time range): on the CPU
+    each matrix product is an event of its own, and none is the GPU's."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: its kernels would be seen")
-    a = torch.ones(64, 64)
+    a = torch.ones(256, 256)
+    on_cpu = cuda_kernels.profiled(lambda: a @ a, runs=3, device="CPU")
+    products = [us for name, us in on_cpu if name == "aten::mm"]
+    assert len(products) == 3 and all(us > 0 for us in products)
     assert cuda_kernels.profiled(lambda: a @ a, runs=3) == []
 
 

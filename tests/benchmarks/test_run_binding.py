@@ -44,3 +44,18 @@ def test_placements_are_read_from_onnx_runtimes_log():
         "CUDAExecutionProvider": ["Conv (node_conv)", "MemcpyFromHost (Memcpy)"],
         "CPUExecutionProvider": ["Range (node_arange)"],
     }
+
+
+def test_a_graph_the_fp16_converter_refuses_costs_its_rows_alone(tmp_path, monkeypatch):
+    def refuse(graph: bytes) -> bytes:
+        raise ValueError("an op it cannot convert")
+
+    monkeypatch.setattr(run_binding, "half", refuse)
+    report = run_binding.main(
+        ["--provider", "CPUExecutionProvider", "--batches", "1", "--runs", "3", "--out", str(tmp_path / "r.json")]
+    )
+    rows = {row["variant"]: row for row in report["rows"]}
+    assert (
+        rows["fixed batch, fp16"]["p50_ms"] is None and "an op it cannot convert" in rows["fixed batch, fp16"]["error"]
+    )
+    assert all(rows[v]["p50_ms"] > 0 for v in ("run", "binding", "fixed batch"))
