@@ -4,9 +4,9 @@ $ python -m training.campaign pack campaign/pack
 
 A call to the GPU machine carries the working tree and the ignored paths it names, 64 MiB in all; the
 code without models/ is about 4 MiB. The pack is cut into loads of at most LOAD_MIB each,
-campaign/pack/load-1, load-2, ..., its items in the order the plan first needs them: MNIST, the
-starting weights (fp16, training.compact's format, rebuilt from each shipped model's graphs), the font
-bank (training.fonts renders need Debian's fonts, which the GPU machine lacks), then Fashion-MNIST.
+campaign/pack/load-1, load-2, ..., its items in the order the plan first needs them: MNIST, the starting
+weights (fp16, training.compact's format, rebuilt from each shipped model's graphs), Fashion-MNIST and the font
+bank (training.fonts renders need Debian's fonts, which the GPU machine lacks), each where its first run comes.
 The first call carries load-1 and launches; the runs that need a later load wait for it.
 """
 
