@@ -35,20 +35,24 @@ def serve_one(settings: Settings) -> None:
             stack.enter_context(cores.shared_board(Path(folder)))
         except OSError as exc:  # no writable temporary folder: the worker serves, its lone requests as any other
             logging.getLogger(__name__).warning("no board for this worker's requests (%s)", exc)
+        # the app and the engines map the board as they are made; its file goes before the worker serves, as no
+        # other process reads it: nothing is left behind however the process ends (uvicorn ends it by the signal
+        # that stopped it)
         app = create_app(settings)
-        app.state.preloaded = Engines(settings, app.state.metrics)
-        app.state.preloaded.warm_up()
-        # one process, one engine per model: concurrency comes from the event loop and the batchers
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level,
-            # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
-            timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
-            timeout_keep_alive=settings.keep_alive_s,
-            **uvicorn_options(settings),  # slow clients and the connections a worker holds
-        )
+        engines = Engines(settings, app.state.metrics)
+    app.state.preloaded = engines
+    engines.warm_up()
+    # one process, one engine per model: concurrency comes from the event loop and the batchers
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        # uvicorn says int but hands it to asyncio.wait_for, which takes seconds as a float
+        timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]  # float works
+        timeout_keep_alive=settings.keep_alive_s,
+        **uvicorn_options(settings),  # slow clients and the connections a worker holds
+    )
 
 
 def main() -> None:

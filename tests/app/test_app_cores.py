@@ -256,19 +256,24 @@ def test_home_stops_pinning_when_the_kernel_refuses(two_or_more_cores, monkeypat
 
 
 @pytest.mark.parametrize("temporary", ["writable", "none"])
-def test_one_worker_serves_with_a_board_of_its_own_or_without_one(monkeypatch, caplog, temporary):
-    """`python -m app` with one worker makes a board for its requests while it serves, and removes it; with no
-    writable temporary folder it serves without one, and says so."""
+def test_one_worker_serves_with_a_board_of_its_own_or_without_one(monkeypatch, caplog, tmp_path, temporary):
+    """`python -m app` with one worker maps a board for its requests and removes its file before it serves (so
+    that a signal that ends it leaves nothing behind); with no writable temporary folder it serves without one,
+    and says so."""
     served = []
 
     def run(app, **_):  # uvicorn.run: what the worker would serve with
-        served.append((app.state.home is not None, os.environ.get(cores.BOARD)))
+        served.append((app.state.home is not None, cores.this_worker(), os.environ.get(cores.BOARD)))
 
     def unwritable(**_):
         raise PermissionError(13, "Permission denied", "/tmp")
 
-    if temporary == "none":
-        monkeypatch.setattr(serving.tempfile, "TemporaryDirectory", unwritable)
+    temporary_directory = serving.tempfile.TemporaryDirectory
+
+    def folder(**options):
+        return temporary_directory(**options, dir=tmp_path)
+
+    monkeypatch.setattr(serving.tempfile, "TemporaryDirectory", unwritable if temporary == "none" else folder)
     monkeypatch.setattr(serving.uvicorn, "run", run)
     monkeypatch.delenv(cores.BOARD, raising=False)
     cores.this_worker.cache_clear()
@@ -276,10 +281,11 @@ def test_one_worker_serves_with_a_board_of_its_own_or_without_one(monkeypatch, c
         serving.serve_one(Settings(models=["mnist"], workers=1, providers=["CPUExecutionProvider"]))
     finally:
         cores.this_worker.cache_clear()
-    [(home, board)] = served
+    [(home, board, named)] = served
+    assert named is None and cores.BOARD not in os.environ and not list(tmp_path.iterdir())  # no file left
     if temporary == "none":
         assert not home and board is None and "no board for this worker's requests" in caplog.text
     else:
-        assert home and board is not None and board.endswith("cores.board")
-        assert not os.path.exists(board)  # its folder is gone with the server
-    assert cores.BOARD not in os.environ
+        assert home and board is not None
+        with board.request():  # its map outlives its file
+            assert board.alone()
