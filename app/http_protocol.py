@@ -96,6 +96,7 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn.Config's options for slow clients and for the connections of one worker."""
+    """uvicorn.Config's options for slow clients, for the connections of one worker and for its log."""
     protocol = functools.partial(ReadDeadlineProtocol, read_deadline_s=settings.read_deadline_s)
-    return {"http": protocol, "limit_concurrency": settings.max_connections}
+    # access_log: the app writes its own line, after the answer (app/middleware.py's RequestIdMiddleware)
+    return {"http": protocol, "limit_concurrency": settings.max_connections, "access_log": False}

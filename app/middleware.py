@@ -1,5 +1,5 @@
-"""Pure ASGI middleware: request ids with a last-resort 500 (a client gone is one line), a streaming
-body-size limit, the HTTP metrics, and the count of a worker's requests on the workers' board."""
+"""Pure ASGI middleware: request ids with a last-resort 500 (a client gone is one line) and the access log,
+a streaming body-size limit, the HTTP metrics, and the count of a worker's requests on the workers' board."""
 
 import logging
 import re
@@ -17,6 +17,7 @@ from app.http_protocol import CUT_OFF
 from app.metrics import HttpMetrics
 
 log = logging.getLogger(__name__)
+access = logging.getLogger("app.access")  # a line per answered request (uvicorn's own access log is off)
 
 REQUEST_ID = "X-Request-ID"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -25,12 +26,14 @@ _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class RequestIdMiddleware:
-    """Tags every response with X-Request-ID (the client's, if sane, else a new one).
+    """Tags every response with X-Request-ID (the client's, if sane, else a new one), and logs each answered
+    request in one line at info level (`app.access`): client, request line, status, milliseconds and id.
 
-    An exception nobody handled is logged with the id and answered 500 {"detail": "internal error,
-    request id ..."}: the client gets the id to quote, never a stack trace. A client that went away
-    before its request was read (or was cut off by the read deadline, app/http_protocol.py) is one line
-    at info level: nobody is left to answer.
+    The line is written once the answer's last byte has gone to the client, who never waits for it (uvicorn's
+    access log, which the servers turn off, writes its line before the answer's head). An exception nobody
+    handled is logged with the id and answered 500 {"detail": "internal error, request id ..."}: the client
+    gets the id to quote, never a stack trace. A client that went away before its request was read (or was
+    cut off by the read deadline, app/http_protocol.py) is one line at info level: nobody is left to answer.
     """
 
     def __init__(self, app: ASGIApp):
@@ -39,17 +42,30 @@ class RequestIdMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        begun = time.perf_counter()
         given = Headers(scope=scope).get(REQUEST_ID, "")
         request_id = given if _CLIENT_ID.fullmatch(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
-        started = False
+        status = 0  # none sent yet
 
         async def send_with_id(message: Message) -> None:
-            nonlocal started
+            nonlocal status
             if message["type"] == "http.response.start":
-                started = True
+                status = message["status"]
                 MutableHeaders(scope=message).append(REQUEST_ID, request_id)
             await send(message)
+            last = message["type"] == "http.response.body" and not message.get("more_body")
+            if last and access.isEnabledFor(logging.INFO):
+                access.info(
+                    '%s - "%s %s HTTP/%s" %d, %.1f ms, request id %s',
+                    client_of(scope),
+                    scope["method"],
+                    request_line(scope),
+                    scope["http_version"],
+                    status,
+                    1000 * (time.perf_counter() - begun),
+                    request_id,
+                )
 
         try:
             await self.app(scope, receive, send_with_id)
@@ -59,9 +75,24 @@ class RequestIdMiddleware:
             log.info("%s %s, request id %s: the client %s before its request was read", method, path, request_id, why)
         except Exception:
             log.exception("unhandled error in %s %s, request id %s", scope["method"], scope["path"], request_id)
-            if not started:
+            if not status:
                 response = JSONResponse({"detail": f"internal error, request id {request_id}"}, 500)
                 await response(scope, receive, send_with_id)
+
+
+def client_of(scope: Scope) -> str:
+    """host:port of the request's client, as the server saw it; "-" when unknown."""
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "-"
+
+
+def request_line(scope: Scope) -> str:
+    """The path and query the client asked for, as sent (percent-encoded), control characters escaped so that
+    a request cannot write a line of its own into the log."""
+    query = scope.get("query_string", b"")
+    target = scope.get("raw_path") or scope["path"].encode()
+    line = (target + b"?" + query if query else target).decode("latin-1")
+    return line if line.isprintable() else line.encode("unicode_escape").decode("ascii")
 
 
 class BodyLimitMiddleware:

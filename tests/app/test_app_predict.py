@@ -4,6 +4,8 @@ import base64
 import hashlib
 import io
 import json
+import logging
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from app import answer
 from app.answer import doubts
 from app.couplings import routing_maps
 from app.imaging import from_base64
+from app.middleware import request_line
 from model import contract
 from tests.harness import MULTIPART, encode, multipart
 
@@ -208,6 +211,21 @@ def test_health_ready_model(client):
 def test_request_id_header(client):
     assert len(client.get("/health").headers["x-request-id"]) == 32
     assert client.get("/health", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
+
+
+def test_each_answer_is_one_access_line_after_it(client, caplog):
+    caplog.set_level(logging.INFO, "app.access")
+    r = post_png(client, np.zeros((28, 28), np.uint8), include="")  # blank: a 422 is answered and logged too
+    client.get("/health?x=%0Aforged", headers={"X-Request-ID": "abc-123"})
+    lines = [record.getMessage() for record in caplog.records if record.name == "app.access"]
+    assert len(lines) == 2, lines
+    post = r'testclient:\d+ - "POST /predict\?include= HTTP/1.1" 422, ([\d.]+) ms, request id (\w+)'
+    posted = re.fullmatch(post, lines[0])
+    assert posted and posted[2] == r.headers["x-request-id"] and float(posted[1]) > 0, lines[0]
+    # as sent (percent-encoded): a query cannot start a line of its own
+    health = r'testclient:\d+ - "GET /health\?x=%0Aforged HTTP/1.1" 200, [\d.]+ ms, request id abc-123'
+    assert re.fullmatch(health, lines[1]), lines[1]
+    assert request_line({"path": "/a\nb", "raw_path": b"/a\nb", "query_string": b""}) == "/a\\nb"
 
 
 def test_doubts_are_read_from_the_lengths():

@@ -126,6 +126,14 @@ def wait_for_records(caplog, wanted, count: int = 1, timeout: float = 10.0) -> l
     return [r for r in caplog.records if wanted(r)]
 
 
+def test_uvicorn_writes_no_access_line_and_the_app_one(slow_api, caplog):
+    caplog.set_level(logging.INFO)
+    assert not logging.getLogger("uvicorn.access").hasHandlers()  # uvicorn's protocol then writes no line of its own
+    assert predict(slow_api).status_code == 200
+    lines = wait_for_records(caplog, lambda r: r.name == "app.access")
+    assert len(lines) == 1 and '"POST /predict?include= HTTP/1.1" 200' in lines[0].getMessage()
+
+
 def test_a_client_that_disconnects_is_one_line_without_traceback(slow_api, caplog):
     caplog.set_level(logging.INFO)
     sock = stalled_upload(slow_api, multipart(digit_png())[:100])
