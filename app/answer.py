@@ -13,6 +13,8 @@ explain     one image and a sweep of one transform over the model's input, run a
 reconstruct class capsules -> the decoder's drawings (Fig. 4's perturbations)
 """
 
+import time
+
 import numpy as np
 import orjson
 from fastapi.concurrency import run_in_threadpool
@@ -171,14 +173,22 @@ def render_prediction(
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-async def predict(data: bytes, preprocess: str, include: set[str], engine: Engine, max_pixels: int) -> bytes:
+async def predict(
+    data: bytes, preprocess: str, include: set[str], engine: Engine, max_pixels: int
+) -> tuple[bytes, dict[str, float]]:
     """/predict's answer to an image file: prepared, read (with the iteration outputs when `include` names
-    them), each object drawn for a model of several when the reconstruction is asked for, rendered."""
+    them), each object drawn for a model of several when the reconstruction is asked for, rendered; and the
+    seconds each of those stages took (`prepare`, `model`: the runs with their batching, `render`)."""
+    begun = time.perf_counter()
     prepared = await load_input(data, preprocess, engine, max_pixels)
+    prepared_at = time.perf_counter()
     outputs, prepared = await read(prepared, engine, ITERATIONS in include)
     several = engine.spec.objects > 1 and "reconstruction" in include
     drawings = await draw_objects(outputs, engine) if several else None
-    return render_prediction(outputs, prepared, include, engine, drawings)
+    read_at = time.perf_counter()
+    body = render_prediction(outputs, prepared, include, engine, drawings)
+    stages = {"prepare": prepared_at - begun, "model": read_at - prepared_at, "render": time.perf_counter() - read_at}
+    return body, stages
 
 
 # --- /explain ----------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ worker per core, their threads) beside the fifteen-line template a user would wr
 (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), both up at once and loaded in
 turn at one client and at the most: the rows the targets read; on CUDA (or with --cuda-graph) the
 default service with CAPSNET_CUDA_GRAPH=1 beside them (rows `cuda graph`: a single image replayed as
-a CUDA graph, app/cuda_graph.py). Last, the real `python -m app` (mnist)
+a CUDA graph, app/cuda_graph.py), and the stages of its /predict at one client, as each answer's
+Server-Timing header reports them (server_stages). Last, the real `python -m app` (mnist)
 with 1, 2, ... worker processes (CAPSNET_WORKERS, its default threads),
 all running at once and loaded in turn, /predict?include= and the full answer at one client and at the
 most, beside the bare model's batch-64 images/s; and the same app on Ray Serve with 1, 2, ... replicas (with the `ray`
@@ -27,6 +28,7 @@ Writes benchmarks/results/serve_bench.json and .md. Not a test.
 """
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -42,7 +44,7 @@ import numpy as np
 from benchmarks.load import hey
 from benchmarks.report import write_report
 from model import contract
-from tests.harness import digit_png, free_port, machine, multipart, start_api, wait_for_workers
+from tests.harness import MULTIPART, digit_png, free_port, machine, multipart, start_api, wait_for_workers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,6 +57,7 @@ WARMUP_REQUESTS = 20
 BARE_REPEATS = (200, 10)  # session.run repeats at batch 1 and at BATCH
 BATCH = 64
 ROUNDS = 3  # turns of the worker-count rows
+STAGE_REQUESTS = 200  # one client's requests whose Server-Timing stages are read, per /predict case
 RESULTS = REPO / "benchmarks" / "results"
 NOOP = "/_bench/noop"
 BARE = "/_bench/bare"
@@ -173,12 +176,38 @@ DEFAULT_CASES = (  # the default service's rows: /predict as the targets name it
 )
 
 
+def server_stages(port: int, target: str, body: Path, requests: int) -> dict:
+    """Medians (ms) of the stages a /predict answer reports in its Server-Timing header (prepare, model,
+    render), over `requests` sent one after another by one client on one kept-alive connection (as hey's are:
+    one worker serves them all), and of the time that client waited (http.client: it reads the header, which
+    hey does not; its own overhead is in `client_ms` alone)."""
+    sent = body.read_bytes()
+    stages: dict[str, list[float]] = {}
+    waited = []
+    connection = http.client.HTTPConnection(HOST, port, timeout=60)
+    try:
+        for _ in range(requests):
+            begun = time.perf_counter()
+            connection.request("POST", target, sent, {"Content-Type": MULTIPART})
+            response = connection.getresponse()
+            response.read()
+            waited.append(1000 * (time.perf_counter() - begun))
+            for part in response.headers["Server-Timing"].split(", "):
+                name, duration = part.split(";dur=")
+                stages.setdefault(name, []).append(float(duration))
+    finally:
+        connection.close()
+    medians = {f"{name}_ms": round(float(np.median(values)), 3) for name, values in stages.items()}
+    return {"requests": requests, **medians, "client_ms": round(float(np.median(waited)), 3)}
+
+
 def bench_default_and_template(
     clients_list, seconds: float, body: Path, server_cpus: set[int], cuda_graph: bool = False
-) -> list[dict]:
+) -> tuple[list[dict], list[dict]]:
     """`python -m app` on its default settings (mnist) and the template, both up at once on the server's
     cores, each loaded in turn at each number of clients: rows `default` and `template`; with cuda_graph, the
-    default service with CAPSNET_CUDA_GRAPH=1 beside them too (rows `cuda graph`: /predict)."""
+    default service with CAPSNET_CUDA_GRAPH=1 beside them too (rows `cuda graph`: /predict). Then the stages of
+    the default service's /predict at one client (server_stages), a row per case."""
     services = {"default": (free_port(), {"CAPSNET_MODELS": "mnist"})}
     if cuda_graph:
         services["cuda graph"] = (free_port(), {"CAPSNET_MODELS": "mnist", "CAPSNET_CUDA_GRAPH": "1"})
@@ -202,11 +231,17 @@ def bench_default_and_template(
                 figures = hey(url, sent, clients, seconds) if batching == "template" else None
                 rows.append({**row, **(figures or loaded(f"http://{HOST}:{port}", path, url, sent, clients, seconds))})
                 print(json.dumps(rows[-1]), flush=True)
+        port = services["default"][0]
+        stages = [
+            {"include": include, **server_stages(port, f"{path}{query}", body, STAGE_REQUESTS)}
+            for path, include, query in DEFAULT_CASES
+            if path == "/predict"
+        ]
     finally:
         for process in (*apps.values(), template):
             process.terminate()
             process.wait(60)
-    return rows
+    return rows, stages
 
 
 def bench_server(
@@ -350,6 +385,21 @@ def markdown(report: dict) -> str:
             f"{r['p50_ms']} | {r['p99_ms']} | {r['rps']} | {r.get('mean_batch', '')} | {r.get('run_ms', '')} | "
             f"{r.get('replayed', '')} |"
         )
+    lines += [
+        "",
+        f"`python -m app` on its default settings, one client: the median of each stage its /predict answer reports "
+        f"(Server-Timing: prepare, the image's decoding and preparation; model, the run with its batching; render, "
+        f"the JSON), of {STAGE_REQUESTS} requests sent one after another on one connection, and the time the "
+        "client (Python's http.client) waited:",
+        "",
+        "| include | prepare ms | model ms | render ms | the three | the client waited, ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["stages"]:
+        inside = round(r["prepare_ms"] + r["model_ms"] + r["render_ms"], 3)
+        lines.append(
+            f"| {r['include']} | {r['prepare_ms']} | {r['model_ms']} | {r['render_ms']} | {inside} | {r['client_ms']} |"
+        )
     images_per_s = bare[f"batch_{BATCH}_images_per_s"]
     lines += [
         "",
@@ -472,7 +522,8 @@ def main(argv=None) -> dict:
             rows, bares = rows + server_rows, [*bares, bare]
         top_and_one = sorted({1, max(clients)})
         cuda_graph = args.cuda_graph or providers[0] == "CUDAExecutionProvider"
-        rows += bench_default_and_template(top_and_one, args.seconds, body, server_cpus, cuda_graph)
+        default_rows, stages = bench_default_and_template(top_and_one, args.seconds, body, server_cpus, cuda_graph)
+        rows += default_rows
         workers = [int(w) for w in args.workers.split(",")]
         worker_rows = bench_workers(workers, top_and_one, args.seconds, body, server_cpus)
         replicas = [int(n) for n in args.replicas.split(",") if n]
@@ -492,6 +543,7 @@ def main(argv=None) -> dict:
         "seconds": args.seconds,
         "bare_session_run": bare,
         "rows": rows,
+        "stages": stages,
         "workers": worker_rows,
         "ray": ray_rows,
         "targets": targets(rows, bare, on_gpu, worker_rows),

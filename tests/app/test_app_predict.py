@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import re
+import time
 
 import numpy as np
 import pytest
@@ -226,6 +227,17 @@ def test_each_answer_is_one_access_line_after_it(client, caplog):
     health = r'testclient:\d+ - "GET /health\?x=%0Aforged HTTP/1.1" 200, [\d.]+ ms, request id abc-123'
     assert re.fullmatch(health, lines[1]), lines[1]
     assert request_line({"path": "/a\nb", "raw_path": b"/a\nb", "query_string": b""}) == "/a\\nb"
+
+
+def test_predict_says_how_long_each_stage_took(client, digits):
+    begun = time.perf_counter()
+    r = post_png(client, digits[0][0], include="")
+    elapsed_ms = 1000 * (time.perf_counter() - begun)
+    parts = [re.fullmatch(r"(\w+);dur=(\d+\.\d{3})", part) for part in r.headers["server-timing"].split(", ")]
+    assert all(parts), r.headers["server-timing"]
+    stages = {part[1]: float(part[2]) for part in parts if part}
+    assert list(stages) == ["prepare", "model", "render"]
+    assert all(ms > 0 for ms in stages.values()) and sum(stages.values()) < elapsed_ms, (stages, elapsed_ms)
 
 
 def test_doubts_are_read_from_the_lengths():

@@ -31,6 +31,10 @@ def test_serve_bench_writes_its_report(tmp_path):
     assert all(r["mean_batch"] >= 1 for r in rows if r["endpoint"] == "/predict" and r["batching"] != "template")
     cuda_graph_rows = [r for r in rows if r["batching"] == "cuda graph"]  # on the CPU the engine has no CUDA graph
     assert cuda_graph_rows and all(r["replayed"] == 0 for r in cuda_graph_rows)
+    assert [r["include"] for r in report["stages"]] == ["all", "none", "none, preprocess=none"]  # Server-Timing
+    for r in report["stages"]:
+        inside = r["prepare_ms"] + r["model_ms"] + r["render_ms"]
+        assert r["requests"] == serve_bench.STAGE_REQUESTS and 0 < inside < r["client_ms"], r
     assert report["load_generator"] == "hey" and report["bare_session_run"]["batch_1_p50_ms"] > 0
     assert "Bare session.run" in (tmp_path / "serve.md").read_text()
     workers = report["workers"]  # `python -m app` with one and two worker processes, at one client and the most
