@@ -149,5 +149,7 @@ def test_cuda_graph_is_a_setting(monkeypatch):
 @pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="a GPU here: the session starts on CUDA")
 def test_a_session_that_falls_back_from_cuda_is_refused():
     """ONNX Runtime starts a CUDA session on the CPU when CUDA cannot start: a graph refuses it, naming both."""
-    with pytest.raises(RuntimeError, match=r"CUDAExecutionProvider cannot start here: .* on CPUExecutionProvider"):
+    with pytest.raises(
+        RuntimeError, match=r"CUDAExecutionProvider is not available on this machine: .* on CPUExecutionProvider"
+    ):
         CudaGraph(fold(GRAPH, 1), NAMES, ("CUDAExecutionProvider", {}))
