@@ -12,7 +12,7 @@ import torch.nn as nn
 from model.capsnet import CapsNet, CapsNetConfig
 from training import data
 from training.baselines import PairCNN, PaperCNN, num_params
-from training.campaign import collect, ledger, pack, plan
+from training.campaign import collect, ledger, pack, plan, supervisor
 from training.campaign.__main__ import preflight
 from training.config import TrainConfig
 from training.fit import fit
@@ -68,6 +68,58 @@ def test_pack_cuts_loads_in_the_order_the_plan_needs_them(data_dirs, tmp_path):
     start = torch.load(loads[0] / "start" / "multimnist.pt", weights_only=True)
     assert all(v.dtype == torch.float16 for v in start["model"].values() if v.is_floating_point())
     CapsNet(CapsNetConfig(**start["config"])).load_state_dict(start["model"])  # strict: every weight is there
+
+
+def carried(root, loads: dict[str, list[str]], here: list[str]):
+    """A pack whose manifest names loads, of which only those in here have been carried (their items empty)."""
+    for load in here:
+        for item in loads[load]:
+            (root / load / item).mkdir(parents=True)
+    (root / "load-1").mkdir(parents=True, exist_ok=True)
+    (root / "load-1" / pack.MANIFEST).write_text(json.dumps({"loads": {k: {"items": v} for k, v in loads.items()}}))
+    return root
+
+
+def test_a_run_waiting_for_a_load_keeps_its_place_in_the_plan(tmp_path):
+    """The loads arrive a call at a time: runs later in the plan take only the slots that the runs waiting
+    for a load before them leave, so MultiMNIST, first in the plan, begins as soon as its weights arrive."""
+    loads = {
+        "load-1": ["site"],
+        "load-2": ["data/mnist"],
+        "load-3": ["start/multimnist.pt", "data/fashion-mnist"],
+        "load-4": ["start/fashion-mnist.pt"],
+    }
+    names = ["multimnist", "em", "mnist-paper-s0", "fashion", "affine-capsnet-s2", "affine-paper-cnn-s2"]
+    specs, state = plan.by_name(names), {}
+    root = carried(tmp_path / "pack", loads, ["load-1", "load-2"])
+
+    def begin(running):
+        return [s.name for s in supervisor.schedule(specs, state, running, 5, root, left=600, min_left=180)]
+
+    assert begin(0) == ["em", "mnist-paper-s0", "affine-capsnet-s2"]  # two slots held, for multimnist and fashion
+    assert state["multimnist"] == {"state": "waiting", "why": "for start/multimnist.pt (load-3)"}
+    assert state["fashion"]["why"] == "for data/fashion-mnist, start/fashion-mnist.pt (load-3, load-4)"
+    assert state["affine-paper-cnn-s2"] == {"state": "waiting", "why": "for a slot"}
+    for name in ("em", "mnist-paper-s0", "affine-capsnet-s2"):
+        state[name] = {"state": "running"}
+    carried(root, loads, ["load-3"])
+    assert begin(3) == ["multimnist"]  # fashion still holds the fifth slot for load-4
+    assert state["fashion"]["why"] == "for start/fashion-mnist.pt (load-4)"
+    assert state["affine-paper-cnn-s2"]["why"] == "for a slot"
+    state["multimnist"], state["em"] = {"state": "running"}, {"state": "done"}
+    carried(root, loads, ["load-4"])
+    assert begin(3) == ["fashion", "affine-paper-cnn-s2"]
+
+
+def test_a_run_whose_items_no_load_holds_or_that_the_window_cannot_fit_is_skipped(tmp_path):
+    root = carried(tmp_path / "pack", {"load-1": ["site", "data/mnist"]}, ["load-1"])
+    state = {}
+    specs = plan.by_name(["multimnist", "em"])
+    assert [s.name for s in supervisor.schedule(specs, state, 0, 5, root, left=600, min_left=180)] == ["em"]
+    assert state["multimnist"] == {"state": "skipped", "why": "start/multimnist.pt: in no load of the pack"}
+    state = {}
+    assert supervisor.schedule(specs, state, 0, 5, root, left=120, min_left=180) == []
+    assert {entry["why"] for entry in state.values()} == {"not begun: too little of the window left"}
 
 
 def test_the_plan_names_its_runs_once_and_each_kind_is_known():

@@ -3,9 +3,11 @@
 `campaign launch` starts the supervisor detached (its own session, as setsid does), so it and its runs
 outlive the call that started them; it returns at once. The supervisor begins the plan's runs in order,
 `slots` at a time, each as its own process (python -m training.campaign.runs) with its own deadline:
-its minutes from its start, never past the window's. A run whose data or starting weights are not in
-the pack yet waits (a later call may carry them); a run is not begun with less than plan.MIN_MINUTES
-left. WORK/state.json says where each run is; `status` reads it with each run's last log record.
+its minutes from its start, never past the window's. A run whose data or starting weights are in a load
+not carried yet waits for it and keeps its place: runs after it in the plan take only the slots that the
+waiting runs before them leave, so the plan's order holds whatever order the loads arrive in. A run whose
+items are in no load of the pack is skipped; a run is not begun with less than plan.MIN_MINUTES left.
+WORK/state.json says where each run is; `status` reads it with each run's last log record.
 """
 
 import argparse
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 from training.campaign import plan
+from training.campaign.pack import MANIFEST
 from training.campaign.runs import items, locate
 
 STATE = "state.json"
@@ -25,9 +28,39 @@ FINAL = ("done", "failed", "skipped")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def ready(spec: plan.Spec, pack: Path) -> bool:
-    """Whether everything the run reads is in the pack: its data, its starting weights, the font bank."""
-    return all(locate(pack, item) is not None for item in items(spec))
+def coming(pack: Path) -> dict[str, str]:
+    """The items of the loads not carried yet, each with its load's name, from load-1's manifest."""
+    manifest = pack / "load-1" / MANIFEST
+    if not manifest.exists():
+        return {}
+    loads = json.loads(manifest.read_text())["loads"]
+    return {item: load for load, entry in loads.items() if not (pack / load).exists() for item in entry["items"]}
+
+
+def schedule(
+    specs: list[plan.Spec], state: dict, running: int, slots: int, pack: Path, left: float, min_left: float
+) -> list[plan.Spec]:
+    """The runs to begin now, in the plan's order; state gets why each other unfinished run does not begin.
+    A run waiting for a load holds a slot, so that no run after it in the plan takes it meanwhile."""
+    expected, held = coming(pack), 0
+    begin: list[plan.Spec] = []
+    for spec in specs:
+        if state.get(spec.name, {}).get("state") in (*FINAL, "running"):
+            continue
+        missing = [item for item in items(spec) if locate(pack, item) is None]
+        if left < min_left:
+            state[spec.name] = {"state": "skipped", "why": "not begun: too little of the window left"}
+        elif absent := [item for item in missing if item not in expected]:
+            state[spec.name] = {"state": "skipped", "why": f"{', '.join(absent)}: in no load of the pack"}
+        elif missing:
+            held += 1
+            loads = sorted({expected[item] for item in missing})
+            state[spec.name] = {"state": "waiting", "why": f"for {', '.join(missing)} ({', '.join(loads)})"}
+        elif running + len(begin) + held >= slots:
+            state[spec.name] = {"state": "waiting", "why": "for a slot"}
+        else:
+            begin.append(spec)
+    return begin
 
 
 def read_state(work: Path) -> dict:
@@ -67,36 +100,26 @@ def supervise(
             if (rc := proc.poll()) is not None:
                 state[name].update(state="done" if rc == 0 else "failed", rc=rc, ended=now)
                 del running[name]
-        for spec in specs:
-            entry = state.get(spec.name, {})
-            if len(running) >= slots or entry.get("state") in (*FINAL, "running"):
-                continue
-            if deadline - now < min_left:
-                state[spec.name] = {"state": "skipped", "why": "not begun: too little of the window left"}
-            elif not ready(spec, pack):
-                state[spec.name] = {"state": "waiting", "why": "its data, weights or font bank are not in the pack"}
-            else:
-                run_deadline = min(deadline, now + spec.minutes * 60)
-                (work / spec.name).mkdir(parents=True, exist_ok=True)
-                command = [
-                    sys.executable,
-                    "-m",
-                    "training.campaign.runs",
-                    spec.name,
-                    *("--pack", str(pack), "--work", str(work), "--deadline", str(run_deadline)),
-                    *("--device", device),
-                    *(["--smoke"] if smoke else []),
-                ]
-                with open(work / spec.name / "log.txt", "ab") as log:
-                    running[spec.name] = subprocess.Popen(
-                        command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env
-                    )
-                state[spec.name] = {
-                    "state": "running",
-                    "pid": running[spec.name].pid,
-                    "started": now,
-                    "deadline": run_deadline,
-                }
+        for spec in schedule(specs, state, len(running), slots, pack, deadline - now, min_left):
+            run_deadline = min(deadline, now + spec.minutes * 60)
+            (work / spec.name).mkdir(parents=True, exist_ok=True)
+            command = [
+                sys.executable,
+                "-m",
+                "training.campaign.runs",
+                spec.name,
+                *("--pack", str(pack), "--work", str(work), "--deadline", str(run_deadline)),
+                *("--device", device),
+                *(["--smoke"] if smoke else []),
+            ]
+            with open(work / spec.name / "log.txt", "ab") as log:
+                running[spec.name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+            state[spec.name] = {
+                "state": "running",
+                "pid": running[spec.name].pid,
+                "started": now,
+                "deadline": run_deadline,
+            }
         write_state(work, state)
         if not running and (all(state.get(s.name, {}).get("state") in FINAL for s in specs) or now >= deadline):
             for spec in specs:
