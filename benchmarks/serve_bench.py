@@ -488,6 +488,13 @@ def targets(rows: list[dict], bare: dict, on_gpu: bool, workers: list[dict]) -> 
     return out
 
 
+def keep_so_far(out: Path, measured: dict) -> None:
+    """The rows measured so far as JSON at out, marked unfinished: a run that its lease cuts short leaves them
+    (the finished report replaces them)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"unfinished": True, **measured}, indent=2) + "\n")
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--serve", type=int, metavar="MAX_BATCH", help=argparse.SUPPRESS)
@@ -514,16 +521,19 @@ def main(argv=None) -> dict:
     load_before = os.getloadavg()[0]
     rows: list[dict] = []
     bares: list[dict] = []
+    when = time.strftime("%Y-%m-%d %H:%M")
     with tempfile.TemporaryDirectory() as tmp:
         body = Path(tmp) / "body"
         body.write_bytes(multipart(digit_png()))
         for max_batch in (64, 1):
             server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body, server_cpus)
             rows, bares = rows + server_rows, [*bares, bare]
+        keep_so_far(args.out, {"device": machine(), "providers": providers, "when": when, "rows": rows, "bare": bares})
         top_and_one = sorted({1, max(clients)})
         cuda_graph = args.cuda_graph or providers[0] == "CUDAExecutionProvider"
         default_rows, stages = bench_default_and_template(top_and_one, args.seconds, body, server_cpus, cuda_graph)
         rows += default_rows
+        keep_so_far(args.out, {"device": machine(), "providers": providers, "when": when, "rows": rows, "bare": bares})
         workers = [int(w) for w in args.workers.split(",")]
         worker_rows = bench_workers(workers, top_and_one, args.seconds, body, server_cpus)
         replicas = [int(n) for n in args.replicas.split(",") if n]
@@ -538,7 +548,7 @@ def main(argv=None) -> dict:
         "load_generator": "hey",
         "server_cpus": sorted(server_cpus),
         "client_cpus": sorted(client_cpus),
-        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "when": when,
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # other work on the machine
         "seconds": args.seconds,
         "bare_session_run": bare,

@@ -51,3 +51,23 @@ def test_serve_bench_writes_its_report(tmp_path):
     beside = [t for t in report["targets"] if "the template's" in t["target"]]  # 1 and 2 clients, none and include=
     assert len(beside) == 4 and report["bare_session_run"]["threads"] >= 1
     assert "| figure | measured | target | met |" in (tmp_path / "serve.md").read_text()
+
+
+def test_a_run_cut_short_leaves_the_rows_it_measured(tmp_path, monkeypatch):
+    """A lease can end mid-run: what was measured before is on disk, marked unfinished."""
+    row = {"batching": "on", "endpoint": "/predict", "include": "none", "clients": 1, "p50_ms": 3.0}
+    bare = {"batch_1_p50_ms": 1.4}
+
+    def cut(*args):
+        raise TimeoutError("the lease ended")
+
+    monkeypatch.setattr(serve_bench.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(serve_bench.os, "sched_setaffinity", lambda *a: None)  # this process keeps its cores
+    monkeypatch.setattr(serve_bench, "bench_server", lambda *a: ([row], ["CUDAExecutionProvider"], "fp32", bare))
+    monkeypatch.setattr(serve_bench, "bench_default_and_template", cut)
+    out = tmp_path / "serve.json"
+    with pytest.raises(TimeoutError):
+        serve_bench.main(["--clients", "1", "--out", str(out)])
+    kept = json.loads(out.read_text())
+    assert kept["unfinished"] is True and kept["rows"] == [row, row] and kept["bare"] == [bare, bare]
+    assert kept["providers"] == ["CUDAExecutionProvider"] and not out.with_suffix(".md").exists()
