@@ -59,12 +59,14 @@ def main(argv=None) -> dict:
             model_version=card["version"],
         )
     ]
+    flips = f", {config.hflip:.0%} of images mirrored left to right" if config.hflip else ""
+    started = ", from trained weights (its train_config's init)" if config.init else ""
     common.write_result(
         "fashion",
         rows,
         setting=f"epoch {run.kept_epoch} of {run.epochs_run} ({run.selection}), {run.images_per_epoch:,} training "
-        f"images per epoch, ±2 px shifts, LR x{config.lr_decay} per epoch, {run.precision}; "
-        "error of the exported ONNX graph",
+        f"images per epoch, ±2 px shifts{flips}, LR {config.lr:g} x{config.lr_decay} per epoch, {run.precision}"
+        f"{started}; error of the exported ONNX graph",
         paper_setting="batch 128, LR 0.001 decayed x0.96 every 1,000 iterations (run length not given)",
         hardware=run.hardware,
         command=common.command("training.experiments.fashion", argv),
