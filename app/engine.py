@@ -227,7 +227,7 @@ class Engine:
         where there is none."""
         provider = self.capsnet.get_providers()[0]
         if provider != "CUDAExecutionProvider":
-            log.info("model %s: cuda_graph is set but the model runs on %s: no CUDA graph", self.name, provider)
+            log.debug("model %s runs on %s: no CUDA graph", self.name, provider)
             return None
         try:
             model = fold(self.directory / self.capsnet_file, 1)

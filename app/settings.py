@@ -73,9 +73,10 @@ class Settings(BaseSettings):
     # loop and the image decoding threads of the same cores, so they sleep unless this is set
     intra_op_spinning: bool = False
     cuda_graph: bool = Field(
-        default=False,
+        default=True,
         description="on CUDA, a single image runs as a CUDA graph of the model folded for batch 1, replayed "
-        "(app/cuda_graph.py; a graph ONNX Runtime cannot capture leaves plain runs, with a warning)",
+        "(app/cuda_graph.py; a graph ONNX Runtime cannot capture leaves plain runs, with a warning); "
+        "elsewhere it does nothing",
     )
     # --- dynamic batching (Triton's max_batch_size / max_queue_delay) ----------------------------
     max_batch: int = Field(default=64, ge=1, le=1024, description="1 turns batching off")

@@ -133,16 +133,18 @@ def test_a_graph_that_cannot_be_captured_or_replayed_leaves_plain_runs(replaying
 
 def test_an_engine_on_the_cpu_has_no_cuda_graph(caplog):
     settings = Settings(models=["mnist"], workers=1, providers=["CPUExecutionProvider"], cuda_graph=True)
-    with caplog.at_level(logging.INFO, logger=engine_module.__name__):
+    with caplog.at_level(logging.DEBUG, logger=engine_module.__name__):
         engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
     assert engine.capsnet_graph is None
-    assert "cuda_graph is set but the model runs on CPUExecutionProvider" in caplog.text
+    assert "model mnist runs on CPUExecutionProvider: no CUDA graph" in caplog.text
+    # the setting is on by default: off CUDA it says nothing above debug
+    assert not [r for r in caplog.records if "CUDA graph" in r.getMessage() and r.levelno >= logging.INFO]
 
 
-def test_cuda_graph_is_a_setting(monkeypatch):
-    assert Settings().cuda_graph is False
-    monkeypatch.setenv("CAPSNET_CUDA_GRAPH", "1")
+def test_cuda_graph_is_a_setting_on_by_default(monkeypatch):
     assert Settings().cuda_graph is True
+    monkeypatch.setenv("CAPSNET_CUDA_GRAPH", "0")
+    assert Settings().cuda_graph is False
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(), reason="onnxruntime without CUDA")
