@@ -90,7 +90,7 @@ def test_a_run_waiting_for_a_load_keeps_its_place_in_the_plan(tmp_path):
         "load-4": ["start/fashion-mnist.pt"],
     }
     names = ["multimnist", "em", "mnist-paper-s0", "fashion", "affine-capsnet-s2", "affine-paper-cnn-s2"]
-    specs, state = plan.by_name(names), {}
+    specs, state = [next(s for s in plan.PLAN if s.name == name) for name in names], {}  # in this order
     root = carried(tmp_path / "pack", loads, ["load-1", "load-2"])
 
     def begin(running):
@@ -114,7 +114,7 @@ def test_a_run_waiting_for_a_load_keeps_its_place_in_the_plan(tmp_path):
 def test_a_run_whose_items_no_load_holds_or_that_the_window_cannot_fit_is_skipped(tmp_path):
     root = carried(tmp_path / "pack", {"load-1": ["site", "data/mnist"]}, ["load-1"])
     state = {}
-    specs = plan.by_name(["multimnist", "em"])
+    specs = [next(s for s in plan.PLAN if s.name == name) for name in ("multimnist", "em")]
     assert [s.name for s in supervisor.schedule(specs, state, 0, 5, root, left=600, min_left=180)] == ["em"]
     assert state["multimnist"] == {"state": "skipped", "why": "start/multimnist.pt: in no load of the pack"}
     state = {}
