@@ -526,12 +526,13 @@ def main(argv=None) -> dict:
         for max_batch in (64, 1):
             server_rows, providers, precision, bare = bench_server(max_batch, clients, args.seconds, body, server_cpus)
             rows, bares = rows + server_rows, [*bares, bare]
-        keep_so_far(args.out, {"device": machine(), "providers": providers, "when": when, "rows": rows, "bare": bares})
+        so_far = {"device": machine(), "providers": providers, "when": when, "rows": rows, "bare": bares}
+        keep_so_far(args.out, so_far)
         top_and_one = sorted({1, max(clients)})
         cuda_graph = args.cuda_graph or providers[0] == "CUDAExecutionProvider"
         default_rows, stages = bench_default_and_template(top_and_one, args.seconds, body, server_cpus, cuda_graph)
         rows += default_rows
-        keep_so_far(args.out, {"device": machine(), "providers": providers, "when": when, "rows": rows, "bare": bares})
+        keep_so_far(args.out, {**so_far, "rows": rows})
         workers = [int(w) for w in args.workers.split(",")]
         worker_rows = bench_workers(workers, top_and_one, args.seconds, body, server_cpus)
         replicas = [int(n) for n in args.replicas.split(",") if n]
