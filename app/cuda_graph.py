@@ -66,7 +66,7 @@ class CudaGraph:
         settings.log_severity_level = 2 if capture else 3  # on a GPU, the nodes it leaves on the CPU are warned of
         self.session = ort.InferenceSession(model, settings, providers=[(name, options)])
         if (used := self.session.get_providers()[0]) != name:  # ONNX Runtime's fallback when a provider cannot start
-            raise RuntimeError(f"{name} is not available on this machine: ONNX Runtime runs this session on {used}")
+            raise RuntimeError(f"the session runs on {used}; a CUDA graph needs it on {name}")
         device = "cuda" if name == "CUDAExecutionProvider" else "cpu"
         self._on_cpu = device == "cpu"
         image = self.session.get_inputs()[0]

@@ -263,7 +263,7 @@ def main(argv=None) -> dict:
     graph = args.model_dir / contract.CAPSNET_ONNX  # fp32: the graph a GPU serves
     used = session(graph, provider).get_providers()[0]
     if used != provider:
-        sys.exit(f"{provider} is not available on this machine: ONNX Runtime runs this session on {used}")
+        sys.exit(f"the session runs on {used}, not on {provider}, the provider asked for")
     report = {
         "device": machine(),
         "provider": provider,
