@@ -56,7 +56,7 @@ def test_preflight_runs_the_whole_cycle_on_the_cpu(data_dirs, tmp_path):
     book = json.loads((tmp_path / "ledger.json").read_text())
     assert set(book["runs"]) == set(PREFLIGHT)
     assert book["runs"]["fashion"]["windows"] == 1 and book["runs"]["fashion"]["log"][0]["shipped"] is not None
-    assert "not yet run" not in ledger.table(book).split("| fashion |")[1].splitlines()[0]
+    assert "| not run |" not in ledger.table(book).split("| fashion |")[1].splitlines()[0]
 
 
 def test_pack_cuts_loads_in_the_order_the_plan_needs_them(data_dirs, tmp_path):

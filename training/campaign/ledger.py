@@ -62,7 +62,7 @@ def table(ledger: dict) -> str:
     for spec in plan.PLAN:
         entry = ledger["runs"].get(spec.name)
         if entry is None:
-            lines.append(f"| {spec.name} | {spec.target} | 0 | — | — | not yet run | — |")
+            lines.append(f"| {spec.name} | {spec.target} | 0 | — | — | not run | — |")
             continue
         last = entry["log"][-1]
         shipped = " (shipped)" if (last.get("shipped") or {}).get("replaced") else ""
