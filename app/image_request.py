@@ -10,10 +10,9 @@ from contextlib import aclosing
 
 import multipart
 from fastapi import HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 
 from app import imaging
+from app.deps import JSON, json_body, validated_json
 from app.schemas import PredictRequest, errors
 
 MAX_FIELDS = 16  # a multipart body's fields beside its `file`
@@ -38,7 +37,7 @@ IMAGE_BODY = {
                     },
                 }
             },
-            "application/json": {"schema": PredictRequest.model_json_schema()},
+            **json_body(PredictRequest)["content"],
         },
     }
 }
@@ -90,8 +89,9 @@ async def read_file_field(request: Request, boundary: str) -> bytes:
         raise HTTPException(
             400, f"the multipart body has more than {MAX_FIELDS + 1} parts: send `file` and at most {MAX_FIELDS} fields"
         ) from None
-    except multipart.MultipartError as exc:
-        raise HTTPException(400, f"the multipart body is malformed or incomplete ({exc})") from None
+    except multipart.MultipartError as exc:  # its first argument says what, a second may be the error under it
+        why = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "unreadable"
+        raise HTTPException(400, f"the multipart body is malformed or incomplete ({why})") from None
     if file is None:
         raise HTTPException(
             422,
@@ -103,21 +103,17 @@ async def read_file_field(request: Request, boundary: str) -> bytes:
 
 async def read_image_bytes(request: Request) -> bytes:
     """The image file from a multipart `file` field or a JSON {"image": base64}."""
-    media_type, options = multipart.parse_options_header(request.headers.get("content-type", ""))
-    if media_type == "multipart/form-data":
+    sent, options = multipart.parse_options_header(request.headers.get("content-type", ""))
+    if sent == "multipart/form-data":
         if not 0 < len(options.get("boundary", "")) <= MAX_BOUNDARY:
             raise HTTPException(
                 400, f"multipart/form-data needs a boundary= of 1 to {MAX_BOUNDARY} characters (curl -F sets it)"
             )
         return await read_file_field(request, options["boundary"])
-    if media_type == "application/json":
-        try:
-            payload = PredictRequest.model_validate_json(await request.body())
-        except ValidationError as exc:
-            raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
-        return imaging.from_base64(payload.image)
+    if sent == JSON:
+        return imaging.from_base64(validated_json(await request.body(), PredictRequest).image)
     raise HTTPException(
         415,
         f"send the image as multipart/form-data (field `file`) or as application/json "
-        f'{{"image": "<base64>"}}, not {media_type or "a body without Content-Type"}',
+        f'{{"image": "<base64>"}}, not {sent or "a body without Content-Type"}',
     )

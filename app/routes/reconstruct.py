@@ -4,10 +4,10 @@
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from app import answer
-from app.deps import EngineDep, parse_include
+from app.deps import EngineDep, json_body, parse_include, read_json
 from app.schemas import DRAWING_OPTIONS, ReconstructRequest, ReconstructResponse, errors
 
 router = APIRouter(tags=["model"])
@@ -17,18 +17,19 @@ router = APIRouter(tags=["model"])
     "/reconstruct",
     response_model=ReconstructResponse,
     summary="Draw class capsules with a model's decoder",
+    openapi_extra={"requestBody": json_body(ReconstructRequest)},
     responses=errors(
         {
-            400: "the body is not UTF-8 text",
             404: "no such model",
-            422: "bad digit, capsule or batch size",
+            415: "a body not sent as application/json",
+            422: "not JSON, or a bad digit, capsule or batch size",
             503: "the model is not ready, or too many requests are waiting",
             504: "the request waited past its deadline",
         }
     ),
 )
 async def reconstruct(
-    body: ReconstructRequest,
+    request: Request,
     engine: EngineDep,
     include: Annotated[
         str | None,
@@ -42,7 +43,7 @@ async def reconstruct(
     default). The decoder sees the 10 class capsules with all but `digit` (the class index) set to zero
     (section 4.1); the drawings have the model's input size (28x28, MultiMNIST's 36x36)."""
     parts = parse_include(include, DRAWING_OPTIONS)
-    items = body.as_items()
+    items = (await read_json(request, ReconstructRequest)).as_items()
     if len(items) > engine.settings.max_reconstruct_batch:
         raise HTTPException(
             422, f"items holds {len(items)} capsules; the limit is {engine.settings.max_reconstruct_batch} per request"
