@@ -17,7 +17,8 @@ Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an unknown 
 ready or when the queue is full, 504 past the request deadline.
 
 The OpenAPI document has one infer operation per served graph, with that graph's own request schema
-(`document_infer`): every request it describes is one the route takes.
+(`document_infer`): every request it describes is one the route takes, but for the bound on an answer's
+size (MAX_ANSWER_VALUES: rows times the outputs asked for), which its description states in words.
 """
 
 import math
@@ -45,6 +46,9 @@ router = APIRouter(prefix="/v2", tags=[TAG])
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ROWS = 1024  # images or capsule sets in one infer request
+# values in one answer: about 45 MB as JSON, 16 MB in binary. A row's every output is 58,557 values for mnist
+# (routing_iterations: 34,560), so a request within MAX_ROWS and the body limit could ask for gigabytes
+MAX_ANSWER_VALUES = 2**22
 # What the graphs' inputs may hold: pixels as the contract says, capsules as /reconstruct takes them
 VALUE_RANGE = {contract.IMAGE: contract.PIXEL_RANGE, contract.CAPSULES: (-CAPSULE_LIMIT, CAPSULE_LIMIT)}
 # The documented rows per request also fit the body limit (CAPSNET_MAX_BODY_BYTES): a JSON number takes
@@ -284,10 +288,24 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
     return [(o["name"], flag(o, "binary_data", f"output {o['name']}", binary)) for o in asked]
 
 
+def check_answer_size(session, rows: int, wanted: list[tuple[str, bool]]) -> None:
+    """A 400 for a request whose answer would hold more than MAX_ANSWER_VALUES values."""
+    per_row = {out.name: math.prod(d for d in out.shape[1:] if isinstance(d, int)) for out in session.get_outputs()}
+    values = rows * sum(per_row[name] for name, _ in wanted)
+    if values > MAX_ANSWER_VALUES:
+        raise ProtocolError(
+            f"the answer would hold {values:,} values ({rows} rows of {', '.join(name for name, _ in wanted)}); this "
+            f"server answers at most {MAX_ANSWER_VALUES:,} a request: send fewer rows, or name the `outputs` you need "
+            f"(values a row: {', '.join(f'{name} {count:,}' for name, count in per_row.items())})"
+        )
+
+
 def parse(raw: bytes, content_type: str | None, header_length: str | None, session, names: list[str]):
     """The request, its input tensor and the outputs to return (CPU work: run off the event loop)."""
     body, binary = split_body(raw, content_type, header_length)
-    return body, read_input(body, session, binary), requested_outputs(body, names)
+    x, wanted = read_input(body, session, binary), requested_outputs(body, names)
+    check_answer_size(session, len(x), wanted)
+    return body, x, wanted
 
 
 def answer(name: str, version: str, body: dict, results: dict, wanted: list[tuple[str, bool]]) -> Response:
@@ -375,7 +393,8 @@ def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int)
         "operationId": "infer_" + re.sub(r"\W", "_", name),
         "description": f"{node.name} [rows, {', '.join(map(str, dims))}] -> {', '.join(outputs)} "
         f"(GET /v2/models/{name}), as JSON (application/json: the schema below) or in the binary "
-        "tensor data extension (application/octet-stream: see the request body)",
+        "tensor data extension (application/octet-stream: see the request body); an answer holds at most "
+        f"{MAX_ANSWER_VALUES:,} values (its rows times the values a row of each output asked for has)",
         "parameters": [
             {
                 "name": HEADER_LENGTH,

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from app.routes.inference_protocol import HEADER_LENGTH
+from app.routes.inference_protocol import HEADER_LENGTH, MAX_ANSWER_VALUES
 from model import contract
 
 MODEL = "mnist"  # the shipped model's card names its dataset
@@ -68,6 +68,20 @@ def test_infer_returns_the_sessions_own_tensors(tc, session, mnist_fixture, bina
     assert result.as_numpy(contract.CAPSULES) is None  # not asked for
     assert result.get_response()["id"] == "seven"
     assert (lengths.argmax(1) == mnist_fixture[1][:7]).all()
+
+
+def test_an_answer_too_large_is_refused_and_fewer_outputs_are_answered(tc, mnist_fixture):
+    """Every output of enough rows would exceed MAX_ANSWER_VALUES (gigabytes of JSON from a body within the
+    limit): 400 saying so, before the model runs; the same rows asking for lengths alone are answered."""
+    rows = MAX_ANSWER_VALUES // (10 * 1152 * 5) + 1  # routing, vote_lengths and the iterations alone pass it
+    x = np.repeat(images(mnist_fixture, 1), rows, axis=0)
+    inp = triton.InferInput(contract.IMAGE, list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException, match=f"at most {MAX_ANSWER_VALUES:,} a request") as refused:
+        tc.infer(MODEL, [inp])
+    assert refused.value.status() == "400" and "lengths 10, capsules 160" in refused.value.message()
+    result = tc.infer(MODEL, [inp], outputs=[triton.InferRequestedOutput(contract.LENGTHS)])
+    assert result.as_numpy(contract.LENGTHS).shape == (rows, 10)
 
 
 def test_infer_without_outputs_returns_every_output(tc, mnist_fixture):
