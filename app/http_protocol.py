@@ -13,6 +13,7 @@ uvicorn answers 503).
 import asyncio
 import functools
 import logging
+import uuid
 from typing import Any
 
 import orjson
@@ -23,14 +24,15 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 CUT_OFF = "read_deadline_passed"  # set in a request's scope state when the deadline cut it off
+REQUEST_ID = "X-Request-ID"  # the header every answer carries (app/middleware.py's RequestIdMiddleware)
 
 
-def timeout_response(read_deadline_s: float) -> bytes:
+def timeout_response(read_deadline_s: float, request_id: str) -> bytes:
     """The 408 a client too slow to send its request gets, closing the connection."""
     body = orjson.dumps({"detail": f"the request did not arrive whole within {read_deadline_s:g} s of its first byte"})
     head = (
         "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\n{REQUEST_ID}: {request_id}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
 
@@ -82,13 +84,20 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         if cycle is None or cycle is self._before:  # its head is not whole: the app has not seen it
-            log.info("%s: no whole request within %g s; answered 408", self._peer(), self.read_deadline_s)
-            self.transport.write(timeout_response(self.read_deadline_s))
-        elif not cycle.response_started:  # the app waits for its body: it reads the client as gone
-            cycle.scope["state"][CUT_OFF] = True
+            request_id = uuid.uuid4().hex
+            log.info(
+                "%s: no whole request within %g s; answered 408, request id %s",
+                self._peer(),
+                self.read_deadline_s,
+                request_id,
+            )
+            self.transport.write(timeout_response(self.read_deadline_s, request_id))
+        elif not cycle.response_started:  # the app waits for its body: it reads the client as gone (and logs it)
+            state = cycle.scope["state"]
+            state[CUT_OFF] = True
             cycle.disconnected = True
             cycle.message_event.set()
-            self.transport.write(timeout_response(self.read_deadline_s))
+            self.transport.write(timeout_response(self.read_deadline_s, state.get("request_id", uuid.uuid4().hex)))
         self.transport.close()
 
     def _peer(self) -> str:

@@ -19,8 +19,9 @@ from app import VERSION
 from app.cores import Home, this_worker
 from app.engine import Engines
 from app.errors import register_error_handlers
+from app.http_protocol import REQUEST_ID
 from app.metrics import setup_metrics
-from app.middleware import REQUEST_ID, BoardMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware
+from app.middleware import BoardMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware
 from app.routes import explain, health, inference_protocol, models, predict, reconstruct
 from app.settings import Settings, get_settings
 

@@ -13,13 +13,12 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.cores import Board, Home
-from app.http_protocol import CUT_OFF
+from app.http_protocol import CUT_OFF, REQUEST_ID
 from app.metrics import HttpMetrics
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("app.access")  # a line per answered request (uvicorn's own access log is off)
 
-REQUEST_ID = "X-Request-ID"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 CLIENT_GONE = 499  # nginx's status for a client that closed its connection before the answer
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

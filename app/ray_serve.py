@@ -21,8 +21,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.engine import Engines
+from app.http_protocol import REQUEST_ID
 from app.main import create_app
-from app.middleware import REQUEST_ID
 from app.settings import Settings, get_settings
 
 REPLICA = "X-Serve-Replica"

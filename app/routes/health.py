@@ -9,11 +9,14 @@ from app.schemas import Health, Ready, errors
 router = APIRouter(tags=["health"])
 
 
+# GET and HEAD (the same answer, undocumented twice): a load balancer's or orchestrator's probe may send either
+@router.head("/health", include_in_schema=False)
 @router.get("/health", response_model=Health, summary="The process is alive")
 async def health() -> Health:
     return Health()
 
 
+@router.head("/ready", include_in_schema=False)
 @router.get(
     "/ready",
     response_model=Ready,

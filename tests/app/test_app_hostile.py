@@ -275,6 +275,14 @@ def test_statuses_say_what_kind_of_mistake(client):
     assert status("20 MB body") == status("20 MB chunked body") == 413
     assert status("decompression bomb over our limit") == status("decompression bomb over Pillow's limit") == 413
     assert status("text/plain body") == status("reconstruct multipart") == 415
+    r = client.get("/no/such/route")  # the router's own answers say what was asked and what to do
+    assert (
+        r.status_code == 404 and r.json()["detail"] == "this server has no route /no/such/route (GET /docs lists them)"
+    )
+    r = client.get("/predict")
+    assert (
+        r.status_code == 405 and r.json()["detail"] == "/predict takes POST, not GET" and r.headers["allow"] == "POST"
+    )
     malformed = (
         "multipart without boundary",
         "multipart cut short",

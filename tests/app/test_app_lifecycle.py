@@ -31,6 +31,7 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
     r = client.get("/ready")
     assert r.status_code == 503 and "mnist: loaded, not warmed up" in r.json()["detail"]
     assert client.get("/health").status_code == 200
+    assert client.head("/ready").status_code == 503 and client.head("/health").status_code == 200  # a probe's HEAD
     engines["mnist"].warm_up()
     r = client.get("/ready")
     assert r.status_code == 503 and r.json()["detail"] == "not ready: multimnist: loaded, not warmed up"
@@ -46,6 +47,8 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
         "precision": engines["mnist"].precision,
         "models": ["mnist", "multimnist"],
     }
+    head = client.head("/ready")
+    assert head.status_code == 200 and not head.content
 
 
 def test_the_lifespan_keeps_opencv_on_one_thread(settings):

@@ -64,7 +64,15 @@ def predict(url: str) -> httpx.Response:
     return httpx.post(f"{url}/predict?include=", files={"file": ("d.png", digit_png(), "image/png")}, timeout=30)
 
 
-def test_a_stalled_upload_is_answered_408_and_closed_after_the_deadline(slow_api):
+def request_id(reply: bytes) -> str:
+    """The X-Request-ID of a raw answer."""
+    (line,) = [line for line in reply.split(b"\r\n\r\n")[0].split(b"\r\n") if line.lower().startswith(b"x-request-id:")]
+    return line.split(b":", 1)[1].strip().decode()
+
+
+def test_a_stalled_upload_is_answered_408_and_closed_after_the_deadline(slow_api, caplog):
+    """The 408 carries the request id that the app's line about the client cut off names."""
+    caplog.set_level(logging.INFO)
     start = time.monotonic()
     sock = stalled_upload(slow_api, multipart(digit_png())[:100])
     reply = answer_then_close(sock)
@@ -72,6 +80,8 @@ def test_a_stalled_upload_is_answered_408_and_closed_after_the_deadline(slow_api
     assert reply.startswith(b"HTTP/1.1 408 ") and b"connection: close" in reply.lower(), reply
     assert b'"detail":"the request did not arrive whole within 1 s of its first byte"' in reply
     assert DEADLINE_S <= waited < DEADLINE_S + 5
+    (cut,) = wait_for_records(caplog, lambda r: "cut off by the read deadline" in r.getMessage())
+    assert f"request id {request_id(reply)}" in cut.getMessage()
 
 
 def test_a_head_that_never_ends_and_a_silent_connection_are_cut_too(slow_api):
@@ -81,8 +91,9 @@ def test_a_head_that_never_ends_and_a_silent_connection_are_cut_too(slow_api):
         socket.create_connection((host, int(port)), timeout=10),
     )
     partial.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-")
-    for sock in (partial, silent):
-        assert answer_then_close(sock).startswith(b"HTTP/1.1 408 ")
+    replies = [answer_then_close(sock) for sock in (partial, silent)]
+    assert all(reply.startswith(b"HTTP/1.1 408 ") for reply in replies)
+    assert len({request_id(reply) for reply in replies}) == 2  # one id each
 
 
 def read_response(sock: socket.socket) -> bytes:
