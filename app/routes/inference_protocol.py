@@ -17,8 +17,8 @@ Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an unknown 
 ready or when the queue is full, 504 past the request deadline.
 
 The OpenAPI document has one infer operation per served graph, with that graph's own request schema
-(`document_infer`): every request it describes is one the route takes, but for the bound on an answer's
-size (MAX_ANSWER_VALUES: rows times the outputs asked for), which its description states in words.
+(`document_infer`): every request it describes is one the route takes (its rows are those an answer of
+every output has room for; more are taken when `outputs` names fewer, as its description says).
 """
 
 import math
@@ -72,6 +72,12 @@ def documented(*statuses: int) -> dict:
     return {status: {"model": ErrorBody, "description": meaning[status]} for status in statuses}
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """A client's value as an error quotes it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class ProtocolError(Exception):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
@@ -90,7 +96,7 @@ def session_of(engines: Engines, name: str) -> tuple[Engine, ort.InferenceSessio
     base = name.removesuffix(DECODER)
     if base not in engines.names:
         known = ", ".join(f"{n}, {n}{DECODER}" for n in engines.names)
-        raise ProtocolError(f"unknown model {name!r}; this server has {known}", 404)
+        raise ProtocolError(f"unknown model {shown(name)}; this server has {known}", 404)
     engine = engines[base]
     return engine, (engine.decoder if name.endswith(DECODER) else engine.capsnet)
 
@@ -150,7 +156,9 @@ async def model_ready(name: str, engines: EnginesDep, version: str | None = None
 
 def check_version(engine: Engine, version: str | None) -> None:
     if version not in (None, "", engine.version):
-        raise ProtocolError(f"model version {version!r} is not served; the served version is {engine.version}", 404)
+        raise ProtocolError(
+            f"model version {shown(version)} is not served; the served version is {engine.version}", 404
+        )
 
 
 # --- inference ---------------------------------------------------------------------------------------
@@ -169,7 +177,7 @@ def split_body(body: bytes, content_type: str | None, header_length: str | None)
     if header_length is None or is_json(content_type):
         size = len(body)
     elif not re.fullmatch(r"[0-9]+", header_length.strip()):
-        raise ProtocolError(f"{HEADER_LENGTH} must be the JSON request's length in bytes, got {header_length!r}")
+        raise ProtocolError(f"{HEADER_LENGTH} must be the JSON request's length in bytes, got {shown(header_length)}")
     else:
         size = int(header_length)
         if size == 0:
@@ -188,7 +196,7 @@ def split_body(body: bytes, content_type: str | None, header_length: str | None)
     if not isinstance(request, dict):
         raise ProtocolError("the request must be a JSON object with an `inputs` list")
     if not isinstance(request.get("id", ""), str):
-        raise ProtocolError(f"`id` must be a string, got {request['id']!r}")
+        raise ProtocolError(f"`id` must be a string, got {shown(request['id'])}")
     return request, body[size:]
 
 
@@ -196,7 +204,7 @@ def parameters_of(entry: dict, where: str) -> dict:
     """The `parameters` object of the request, an input or an output ({} when not given)."""
     parameters = entry.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise ProtocolError(f"the `parameters` of {where} must be a JSON object, got {parameters!r}")
+        raise ProtocolError(f"the `parameters` of {where} must be a JSON object, got {shown(parameters)}")
     return parameters
 
 
@@ -204,7 +212,7 @@ def flag(entry: dict, name: str, where: str, default: bool = False) -> bool:
     """One of the extension's boolean parameters of entry (binary_data_output, binary_data)."""
     value = parameters_of(entry, where).get(name, default)
     if not isinstance(value, bool):
-        raise ProtocolError(f"parameters.{name} of {where} must be true or false, got {value!r}")
+        raise ProtocolError(f"parameters.{name} of {where} must be true or false, got {shown(value)}")
     return value
 
 
@@ -216,9 +224,9 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
         raise ProtocolError(f"`inputs` must be a list holding one tensor, {expected.name}")
     tensor = inputs[0]
     if tensor.get("name") != expected.name:
-        raise ProtocolError(f"unknown input {tensor.get('name')!r}; the model's input is {expected.name}")
+        raise ProtocolError(f"unknown input {shown(tensor.get('name'))}; the model's input is {expected.name}")
     if tensor.get("datatype") != "FP32":
-        raise ProtocolError(f"input {expected.name} must be FP32, got {tensor.get('datatype')!r}")
+        raise ProtocolError(f"input {expected.name} must be FP32, got {shown(tensor.get('datatype'))}")
     shape = tensor.get("shape")
     want = tensor_metadata(expected)["shape"]
     if isinstance(shape, list) and all((isinstance(d, float) and d.is_integer()) or type(d) is int for d in shape):
@@ -231,14 +239,14 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
         or not 1 <= shape[0] <= MAX_ROWS
     ):
         raise ProtocolError(
-            f"input {expected.name} has shape {shape}; the model takes {want} with 1 to {MAX_ROWS} rows"
+            f"input {expected.name} has shape {shown(shape)}; the model takes {want} with 1 to {MAX_ROWS} rows"
         )
     count = math.prod(shape)
     size = parameters_of(tensor, f"input {expected.name}").get("binary_data_size")
     if size is not None:
         if type(size) is not int or size != 4 * count:
             raise ProtocolError(
-                f"input {expected.name}: binary_data_size is {size!r}, but shape {shape} holds "
+                f"input {expected.name}: binary_data_size is {shown(size)}, but shape {shape} holds "
                 f"{count} FP32 values, {4 * count} bytes"
             )
         if len(binary) != size:
@@ -254,15 +262,23 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
                 f"{len(binary)} bytes follow the JSON request, but input {expected.name} has no "
                 "parameters.binary_data_size; send its values as `data`, or say their size"
             )
-        try:
-            array = np.asarray(tensor.get("data"), dtype=np.float32).reshape(-1)
-        except (TypeError, ValueError, OverflowError):
+        data = tensor.get("data")
+        if data is None:
+            raise ProtocolError(
+                f"input {expected.name} has no `data`: send its values as `data`, or as bytes after the JSON "
+                "request with parameters.binary_data_size"
+            )
+        try:  # no dtype: strings, booleans and ragged lists stay what they are, and are refused below
+            array = np.asarray(data).reshape(-1)
+        except ValueError:
+            array = np.empty(0, object)
+        if array.dtype.kind not in "iuf":
             raise ProtocolError(
                 f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} or flat"
-            ) from None
+            )
         if array.size != count:
             raise ProtocolError(f"input {expected.name}: `data` has {array.size} values, shape {shape} needs {count}")
-    low, high = VALUE_RANGE.get(expected.name, (-np.inf, np.inf))
+    low, high = VALUE_RANGE.get(expected.name, (-np.inf, np.inf))  # checked before float32 could overflow
     if not np.isfinite(array).all():
         raise ProtocolError(f"input {expected.name} holds NaN or infinite values")
     if array.size and not low <= array.min() <= array.max() <= high:
@@ -284,13 +300,18 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
         raise ProtocolError('`outputs` must be a list of {"name": ...} objects')
     unknown = [o.get("name") for o in asked if o.get("name") not in names]
     if unknown:
-        raise ProtocolError(f"unknown output(s) {unknown}; the model's outputs are {', '.join(names)}")
+        raise ProtocolError(f"unknown output(s) {shown(unknown)}; the model's outputs are {', '.join(names)}")
     return [(o["name"], flag(o, "binary_data", f"output {o['name']}", binary)) for o in asked]
+
+
+def row_values(session) -> dict[str, int]:
+    """Each output of a graph: how many values a row of it holds."""
+    return {out.name: math.prod(d for d in out.shape[1:] if isinstance(d, int)) for out in session.get_outputs()}
 
 
 def check_answer_size(session, rows: int, wanted: list[tuple[str, bool]]) -> None:
     """A 400 for a request whose answer would hold more than MAX_ANSWER_VALUES values."""
-    per_row = {out.name: math.prod(d for d in out.shape[1:] if isinstance(d, int)) for out in session.get_outputs()}
+    per_row = row_values(session)
     values = rows * sum(per_row[name] for name, _ in wanted)
     if values > MAX_ANSWER_VALUES:
         raise ProtocolError(
@@ -364,15 +385,18 @@ BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 
 def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int) -> dict:
-    """The OpenAPI operation of one graph's infer: its JSON request schema (the graph's input, rows
-    within MAX_ROWS and the body limit), the binary tensor data extension, the answers."""
+    """The OpenAPI operation of one graph's infer: its JSON request schema (the graph's input, rows within
+    MAX_ROWS, the body limit and, every output asked for, MAX_ANSWER_VALUES), the binary tensor data
+    extension, the answers."""
     (node,) = session.get_inputs()
     dims = tensor_metadata(node)["shape"][1:]
     values = math.prod(dims)
     low, high = VALUE_RANGE[node.name]
     room = max_body_bytes - min(BODY_SLACK, max_body_bytes // 2)  # a small limit (1 KiB up) keeps half for rows
-    json_rows = max(1, min(MAX_ROWS, room // (JSON_NUMBER_BYTES * values)))
-    binary_rows = max(1, min(MAX_ROWS, room // (4 * values)))
+    per_row = row_values(session)
+    answered = MAX_ANSWER_VALUES // sum(per_row[out] for out in outputs)  # the rows of an answer of every output
+    json_rows = max(1, min(MAX_ROWS, answered, room // (JSON_NUMBER_BYTES * values)))
+    binary_rows = max(1, min(MAX_ROWS, answered, room // (4 * values)))
     request = infer_request_schema(node.name, dims, low, high, json_rows, outputs)
     binary_form = (
         f"application/octet-stream: the binary tensor data extension. The body starts with the JSON request "
@@ -393,8 +417,9 @@ def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int)
         "operationId": "infer_" + re.sub(r"\W", "_", name),
         "description": f"{node.name} [rows, {', '.join(map(str, dims))}] -> {', '.join(outputs)} "
         f"(GET /v2/models/{name}), as JSON (application/json: the schema below) or in the binary "
-        "tensor data extension (application/octet-stream: see the request body); an answer holds at most "
-        f"{MAX_ANSWER_VALUES:,} values (its rows times the values a row of each output asked for has)",
+        f"tensor data extension (application/octet-stream: see the request body). An answer holds at most "
+        f"{MAX_ANSWER_VALUES:,} values: up to {MAX_ROWS} rows are taken when `outputs` names few enough "
+        f"({', '.join(f'{out} {count:,}' for out, count in per_row.items() if out in outputs)} values a row)",
         "parameters": [
             {
                 "name": HEADER_LENGTH,

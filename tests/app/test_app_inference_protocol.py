@@ -157,6 +157,16 @@ def binary_request(request: dict, tensor: bytes) -> tuple[bytes, dict]:
         (json.dumps({"inputs": [{**IMAGE, "data": [1, 2]}]}).encode(), {}, "has 2 values"),
         (json.dumps({"inputs": [{**IMAGE, "shape": [5000, 1, 28, 28], "data": []}]}).encode(), {}, "1 to 1024 rows"),
         (json.dumps({"inputs": [{**IMAGE, "data": ["x"] * 784}]}).encode(), {}, "list of numbers"),
+        (json.dumps({"inputs": [{**IMAGE, "data": ["0.5"] * 784}]}).encode(), {}, "list of numbers"),
+        (json.dumps({"inputs": [{**IMAGE, "data": [True] * 784}]}).encode(), {}, "list of numbers"),
+        (json.dumps({"inputs": [{**IMAGE, "data": [[0.5] * 783, [0.5]]}]}).encode(), {}, "list of numbers"),
+        (json.dumps({"inputs": [IMAGE]}).encode(), {}, "input image has no `data`"),
+        (json.dumps({"inputs": [{**IMAGE, "data": [1e39] * 784}]}).encode(), {}, "values from 1e+39 to 1e+39"),
+        (
+            json.dumps({"inputs": [{**IMAGE, "name": "x" * 5000, "data": [0] * 784}]}).encode(),
+            {},
+            "unknown input 'xxxxx",  # its name quoted to 80 characters, not 5,000
+        ),
         (
             json.dumps({"inputs": [{**IMAGE, "data": [2.0] * 784}]}).encode(),
             JSON,
@@ -206,7 +216,7 @@ def test_hostile_infer_bodies_are_400_with_what_was_wrong(api_url, body, headers
     import httpx
 
     r = httpx.post(f"{api_url}/v2/models/{MODEL}/infer", content=body, headers=headers, timeout=30)
-    assert r.status_code == 400 and message in r.json()["error"], r.text
+    assert r.status_code == 400 and message in r.json()["error"] and len(r.json()["error"]) < 400, r.text
 
 
 def test_binary_data_output_makes_every_output_binary_unless_one_says_otherwise(api_url, session, mnist_fixture):
