@@ -306,10 +306,11 @@ def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int]:
     paper, ink = fit_paper(x, light_ink)
     a = np.clip(ink, 0.0, None)
     if a.max() < MIN_CONTRAST:
+        blank = f"nothing differs from the paper by {MIN_CONTRAST:.0%} of the full range"
         if factor == 1:
-            raise ImageError("no ink was found: the image is blank (one flat colour); draw a digit")
+            raise ImageError(f"no ink was found: the image is blank ({blank}); draw a digit")
         raise ImageError(  # a digit under about 1% of the picture's side fades into the copy's paper
-            f"no ink was found: the image is blank (one flat colour) when reduced to {LOCATE_SIZE} px a side; "
+            f"no ink was found: the image is blank ({blank}) when reduced to {LOCATE_SIZE} px a side; "
             "draw a digit, or crop the picture closer to a small one"
         )
     return paper, digit_parts(a, noise_floor(a, paper.sigma)), factor

@@ -258,8 +258,13 @@ def test_a_black_digit_small_in_a_large_picture_has_its_full_contrast(seven):
 def test_a_digit_lost_in_the_reduced_copy_is_told_to_crop_closer(seven):
     with pytest.raises(imaging.ImageError, match="crop the picture closer"):
         imaging.preprocess(imaging.decode(on_white(drawn_in_corner(seven, 4000, 20, (1000, 2000))), MAX_PIXELS))
-    with pytest.raises(imaging.ImageError, match=r"blank \(one flat colour\); draw a digit$"):
-        imaging.preprocess(imaging.decode(on_white(np.zeros((100, 100), np.float32)), MAX_PIXELS))
+    for faint in (0.0, 0.05):  # white paper, and paper with a pale grey square on it: both below the contrast
+        blank = np.zeros((100, 100), np.float32)
+        blank[30:70, 30:70] = faint
+        with pytest.raises(
+            imaging.ImageError, match=r"blank \(nothing differs from the paper by 10% .*\); draw a digit$"
+        ):
+            imaging.preprocess(imaging.decode(on_white(blank), MAX_PIXELS))
 
 
 def test_a_marker_stroke_is_thinned_into_mnists_range(seven):
