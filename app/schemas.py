@@ -51,7 +51,7 @@ PREPROCESS_DESCRIPTION = (
     "auto: the preprocessing the model's card names (GET /models: digit finds the paper and the ink in photos, "
     "scans and canvases, keeps the digit's parts, brings its stroke into MNIST's range, fits its ink box and "
     "centres its mass; digit-pair does the same for two overlapping digits; garment trims the background, fits "
-    "the frame and negates). mnist: an alias of auto (its earlier name). none: the image is already the "
+    "the frame and negates). mnist: an alias of auto. none: the image is already the "
     "model's input (28x28 or its size), white on black"
 )
 

@@ -53,7 +53,7 @@ def test_mnist_digits_get_their_labels(client, mnist_fixture, model_card):
 
 
 def test_mnist_is_a_documented_alias_of_auto(client, digits):
-    """?preprocess=mnist, auto's earlier name, answers as auto does, and /predict and /explain say so."""
+    """?preprocess=mnist, an alias of auto, answers as auto does, and /predict and /explain say so."""
     image = np.asarray(Image.fromarray(digits[0][0]).resize((84, 84)))  # not the model's size: preprocessed
     auto, alias = (post_png(client, image, preprocess=p).json() for p in ("auto", "mnist"))
     assert auto == alias
