@@ -410,7 +410,13 @@ def test_any_digit_capsule_can_be_decoded(client, seven):
     capsules, digit = seven
     other = (digit + 3) % NUM_CLASSES
     zero = [0.0] * CAPSULE_DIM
-    assert perturb(client, capsules, other, *zero).size == (224, 224)
+    drawn = perturb(client, capsules, other, *zero)
+    assert drawn.size == (224, 224)
+    # that digit's own capsule, decoded alone: not the answer's digit, nor a blank
+    own = client.reconstruct([other], np.asarray(capsules, np.float32)[other][None])[0]
+    assert np.array_equal(np.asarray(drawn), np.asarray(plots.digit(own)))
+    answer = client.reconstruct([digit], np.asarray(capsules, np.float32)[digit][None])[0]
+    assert not np.array_equal(np.asarray(drawn), np.asarray(plots.digit(answer)))
 
 
 def test_fig4_grid_has_16_by_11_tiles(client, seven):

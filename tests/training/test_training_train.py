@@ -11,16 +11,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from model import contract
 from model.capsnet import CapsNet, CapsNetConfig, DigitCaps
 from tests.conftest import REPO
+from tests.harness import free_port
 from training import config as tc
 from training import data, fit, train
 from training.cards import model_card
 from training.evaluate import evaluate, load_checkpoint, summarise
+from training.graphs import model_from_graphs
 
 
 @pytest.mark.parametrize(
@@ -257,8 +261,10 @@ def test_precision_auto_follows_the_cpu():
 
 
 class HostSyncs(TorchDispatchMode):
-    """Records the ops that make the host wait for the device: reading a value (.item(), bool(), int())
-    or an output whose shape depends on the data (boolean masks, nonzero)."""
+    """Records what makes the host wait for the device: reading a value (.item(), bool(), int(), .tolist())
+    or an output whose shape depends on the data (boolean masks, nonzero). On the CPU a boolean mask is
+    indexed without nonzero, so an index by a bool tensor is recorded as such; .tolist() reads memory without
+    dispatching an op, so it is recorded where it is called."""
 
     SYNCING: ClassVar[set[str]] = {
         "aten::_local_scalar_dense",
@@ -267,15 +273,51 @@ class HostSyncs(TorchDispatchMode):
         "aten::unique_consecutive",
         "aten::_unique2",
     }
+    INDEXING: ClassVar[set[str]] = {"aten::index", "aten::index_put", "aten::_index_put_impl_"}
 
     def __init__(self):
         super().__init__()
         self.seen = []
 
+    def __enter__(self):
+        tolist = self._tolist = torch.Tensor.tolist
+
+        def recorded(tensor, *args, **kwargs):
+            self.seen.append("Tensor.tolist")
+            return tolist(tensor, *args, **kwargs)
+
+        torch.Tensor.tolist = recorded
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._schema.name in self.SYNCING:
-            self.seen.append(func._schema.name)
+        name = func._schema.name
+        indices = args[1] if name in self.INDEXING and len(args) > 1 else ()
+        if name in self.SYNCING or any(i is not None and i.dtype == torch.bool for i in indices):
+            self.seen.append(name)
         return func(*args, **(kwargs or {}))
+
+
+def test_host_syncs_sees_what_makes_the_host_wait():
+    """The recorder itself: each way a step could read the device's data is seen, a step without them is not."""
+    x, tolist = torch.rand(8, 4), torch.Tensor.tolist
+    for read in (
+        lambda: x.sum().item(),
+        lambda: x[x > 0.5],
+        lambda: x.tolist(),
+        lambda: x.nonzero(),
+        lambda: x.masked_fill(x > 0.5, 0.0).sum().item(),
+    ):
+        with HostSyncs() as mode:
+            read()
+        assert mode.seen, read
+    with HostSyncs() as mode:
+        (x.masked_fill(x > 0.5, 0.0) * x[torch.tensor([0, 2])].sum()).softmax(-1)
+    assert mode.seen == []
+    assert torch.Tensor.tolist is tolist  # put back on exit
 
 
 @pytest.mark.parametrize("routing", ["dynamic", "em"])
@@ -303,10 +345,16 @@ def test_evaluate_summary_counts_errors_and_confusion():
 
 
 def test_evaluate_runs_the_model_on_a_split(mnist_fixture):
+    """The shipped weights on 50 fixture digits (not a batch multiple): its answers are the model's own."""
     images, labels = mnist_fixture
     split = data.Split(torch.from_numpy(images[:50].copy()), torch.from_numpy(labels[:50]))
-    result = evaluate(CapsNet(CapsNetConfig()), split, batch_size=20)
+    model = model_from_graphs(contract.SHIPPED["mnist"])
+    result = evaluate(model, split, batch_size=20)
     assert result["count"] == 50 and len(result["confusion"]) == 10 and result["loss"] > 0
+    with torch.no_grad():
+        own = model.eval()(data.to_float(split.images)).lengths.argmax(1).numpy()  # unmasked: lengths alone
+    assert result["misclassified"] == np.flatnonzero(own != labels[:50]).tolist()
+    assert result["accuracy"] >= 0.96 and sum(map(sum, result["confusion"])) == 50
 
 
 @pytest.mark.slow
@@ -320,7 +368,7 @@ def test_torchrun_with_gloo_on_cpu_and_uneven_ranks(idx_dir, tmp_path):
         "--nproc_per_node",
         "2",
         "--master_port",
-        "29531",
+        str(free_port()),  # a fixed one is taken by any other run of the suite on the machine
         "-m",
         "training.train",
         "--data-dir",
