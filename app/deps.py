@@ -105,12 +105,17 @@ def validated_json(data: bytes, model: type[Q]) -> Q:
         raise RequestValidationError([{**error, "loc": ("body", *error["loc"])} for error in errors]) from None
 
 
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type header says JSON (application/json, any parameters)."""
+    return (content_type or "").split(";")[0].strip().lower() == JSON
+
+
 async def read_json(request: Request, model: type[Q]) -> Q:
     """The request's body as `model`: 415 unless it is sent as application/json, 422 for what is wrong in it.
     The route reads it, not FastAPI: FastAPI answers a client that goes away mid-body 400, where
     RequestIdMiddleware logs it as gone (and the metrics count 499)."""
-    sent = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if sent != JSON:
+    sent = request.headers.get("content-type")
+    if not is_json(sent):
         got = sent or "a body without Content-Type"
         raise HTTPException(415, f"send the body as {JSON} (curl -H 'Content-Type: {JSON}'), not {got}")
     return validated_json(await request.body(), model)

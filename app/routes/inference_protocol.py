@@ -36,7 +36,7 @@ from pydantic.json_schema import models_json_schema
 
 from app import VERSION
 from app.batcher import DeadlineError, QueueFullError
-from app.deps import EnginesDep
+from app.deps import EnginesDep, is_json
 from app.engine import Engine, Engines
 from app.schemas import CAPSULE_LIMIT, ErrorMessage, InferResponse, infer_request_schema
 from model import contract
@@ -162,10 +162,6 @@ def check_version(engine: Engine, version: str | None) -> None:
 
 
 # --- inference ---------------------------------------------------------------------------------------
-
-
-def is_json(content_type: str | None) -> bool:
-    return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
 
 def split_body(body: bytes, content_type: str | None, header_length: str | None) -> tuple[dict, bytes]:
