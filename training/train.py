@@ -149,6 +149,9 @@ def main(argv=None) -> dict:
     config = replace(config, device=setup_distributed(config.device))
     _, run, test = train(config, model_config)
     if dist.is_initialized():
+        # rank 0 alone evaluates the test set: the others wait for it, so that every rank takes the group
+        # down together (one that tears it down alone may abort at exit, its threads still joined to it)
+        dist.barrier()
         dist.destroy_process_group()
     return {"run": run, "test": test}
 
