@@ -119,7 +119,11 @@ class DimensionEffect(_Section):
     decoder's drawing."""
 
     dim: int = Field(ge=0)
-    label: str = Field(description="what the + direction does, in a few words", examples=["thicker stroke"])
+    label: str = Field(
+        description="what the + direction does, in a few words; where dimensions of the class share them, followed "
+        "by the dimension's next largest effect",
+        examples=["thicker stroke", "taller, slants left"],
+    )
     effect: str = Field(description="the dominant measured effect (training/dimensions.py EFFECTS)", examples=["ink"])
     share: float = Field(ge=0, le=1, description="the dominant effect's share of the dimension's squared scores")
     measures: dict[str, float] = Field(description="every measured effect, averaged over the class's examples")

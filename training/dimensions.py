@@ -2,6 +2,7 @@
 
 $ python -m training.dimensions            # docs/dimensions.md, from the shipped cards
 $ python -m training.dimensions --check    # exit 1 if it is stale (what the tests check)
+$ python -m training.dimensions --relabel  # the shipped cards' labels given again from their measures (then render)
 $ python -m training.export --describe models/*   # measure the cards' sections again (then render)
 
 The paper perturbs one of the 16 dimensions of the winning class capsule v_j by steps of 0.05 in
@@ -31,7 +32,9 @@ The effects have different units, so each is scaled by its spread over all the m
 (the RMS of a signed effect, whose zero means no change; the standard deviation about the mean for
 locality, which is never zero): a score says how unusual that effect of this dimension is among the
 model's 160, and the dimension is labelled by its largest (`dominant`), signed for the + direction. Its
-share of the squared scores says how clearly it dominates (1: alone; 1/7: no more than any other).
+share of the squared scores says how clearly it dominates (1: alone; 1/7: no more than any other). Where
+several dimensions of a class get the same label, each is followed by its next largest effect, and by the
+one after where they still share it (`distinct`): "taller, thicker stroke" and "taller, slants left".
 """
 
 import argparse
@@ -64,6 +67,7 @@ LABELS = {  # effect -> (label of +, label of -)
 # A garment has no strokes: more ink is a fuller or brighter one (preprocessing kind -> the ink's labels).
 INK_LABELS = {"garment": ("more ink", "less ink")}
 QUIET_LABEL = "little change"
+QUALIFIERS = 2  # at most this many next effects follow a label that dimensions of a class share
 # A change large in its own units (summary): ink, width or height x1.25 or /1.25, 10° of slant, 1 px.
 SIZEABLE = {**dict.fromkeys(LOG_RATIOS, float(np.log(1.25))), "slant": 10.0, "x": 1.0, "y": 1.0}
 # The paper's names for what dimensions do (Fig. 4) and the effects measured here that stand for them.
@@ -74,6 +78,13 @@ PAPER = {
     "localized skew": ("slant", "local"),
     "width and translation": ("width", "x"),
 }
+METHOD = (
+    f"section 5.1, Fig. 4: each dimension d of the class capsule v_j moved by -{contract.PERTURB_LIMIT} and "
+    f"+{contract.PERTURB_LIMIT} (other class capsules zeroed) and drawn by decoder.onnx; measures of the + "
+    "drawing against the - one, averaged over the class's examples (training/dimensions.py); label: the "
+    "effect with the largest (measure - centre) / spread over the model's class dimensions, signed for +, "
+    "and where dimensions of a class share it, the next largest"
+)
 DOC = Path(__file__).resolve().parents[1] / "docs" / "dimensions.md"
 COMMAND = "python -m training.dimensions"
 
@@ -220,6 +231,33 @@ def dominant(
     return DimensionEffect(dim=dim, label=label, effect=effect, share=round(share, 3), measures=measures)
 
 
+def distinct(entries: list[DimensionEffect], norm: dict[str, Norm], kind: str) -> list[DimensionEffect]:
+    """One class's dimensions (dominant's), each label that several of them share followed by that dimension's
+    next strongest effect (its next largest |score|), and by the one after where they still share it (at most
+    QUALIFIERS), so that the demo's sliders say how they differ: "taller, thicker stroke" and "taller, slants
+    left". A local effect named after another loses its "local: "."""
+    labels = {e.dim: e.label for e in entries}
+    for depth in range(QUALIFIERS):
+        shared = Counter(labels.values())
+        again = [e for e in entries if shared[labels[e.dim]] > 1 and e.label != QUIET_LABEL]
+        for e in again:
+            z = scores(e.measures, norm)
+            after = sorted((k for k in EFFECTS if k != e.effect), key=lambda k: -abs(z[k]))[depth]
+            labels[e.dim] += f", {label_of(after, e.measures, kind).removeprefix('local: ')}"
+    return [e.model_copy(update={"label": labels[e.dim]}) for e in entries]
+
+
+def labelled(dims: Dimensions, kind: str) -> Dimensions:
+    """A section with every label given again from its own measures, norms and quiet_below (dominant, distinct)."""
+
+    def labels(entries: list[DimensionEffect]) -> list[DimensionEffect]:
+        plain = [dominant(e.dim, e.measures, dims.norms, dims.quiet_below, kind) for e in entries]
+        return distinct(plain, dims.norms, kind)
+
+    classes = {c: labels(entries) for c, entries in dims.classes.items()}
+    return dims.model_copy(update={"method": METHOD, "classes": classes})
+
+
 def describe(
     capsnet_path: Path,
     decoder_path: Path,
@@ -249,12 +287,7 @@ def describe(
     norm = norms(every)
     quiet_below = round(QUIET * float(np.median([m["change"] for m in every])), 4)
     section = Dimensions(
-        method=(
-            f"section 5.1, Fig. 4: each dimension d of the class capsule v_j moved by -{contract.PERTURB_LIMIT} and "
-            f"+{contract.PERTURB_LIMIT} (other class capsules zeroed) and drawn by decoder.onnx; measures of the + "
-            "drawing against the - one, averaged over the class's examples (training/dimensions.py); label: the "
-            "effect with the largest (measure - centre) / spread over the model's class dimensions, signed for +"
-        ),
+        method=METHOD,
         perturbation=(-contract.PERTURB_LIMIT, contract.PERTURB_LIMIT),
         examples=examples,
         examples_per_class={c: len(v) for c, v in zip(classes, capsules, strict=True)},
@@ -262,7 +295,7 @@ def describe(
         norms=norm,
         quiet_below=quiet_below,
         classes={
-            c: [dominant(d, m, norm, quiet_below, kind) for d, m in enumerate(ms)]
+            c: distinct([dominant(d, m, norm, quiet_below, kind) for d, m in enumerate(ms)], norm, kind)
             for c, ms in zip(classes, rounded, strict=True)
         },
     )
@@ -353,7 +386,8 @@ def document(cards: dict[str, dict]) -> str:
         f"Here EXAMPLES = {EXAMPLES}, PERTURB_LIMIT = {contract.PERTURB_LIMIT} and WINDOW = {WINDOW} px. The labels: "
         f"{', '.join(signed)} (a garment's ink); `local: <adds ink | removes ink | reshapes> <part>` (the most-changed "
         f"window, seen from the ink's centre); `{QUIET_LABEL}` where the drawing changes less than {QUIET} of the "
-        "model's median change."
+        "model's median change; a label that dimensions of one class share, followed by each one's next largest "
+        f"effect, and the one after while they still share it (at most {QUALIFIERS}: `taller, thicker stroke`)."
     )
     return (
         f"# What each capsule dimension does\n\nGenerated by `{COMMAND}` from the shipped cards' "
@@ -375,10 +409,27 @@ def render(check: bool = False) -> int:
     return 0
 
 
+def relabel() -> None:
+    """Give every shipped card's labels again from its measures (labelled), the rest of each card as it is."""
+    for folder in contract.SHIPPED.values():
+        path = folder / contract.MODEL_CARD
+        card = json.loads(path.read_text())
+        dims = read_dimensions(card)
+        if dims is not None:
+            kind = card[contract.SERVING]["preprocessing"]["kind"]
+            card[contract.DIMENSIONS] = labelled(dims, kind).model_dump(mode="json")
+            path.write_text(json.dumps(card, indent=2) + "\n")
+            print(f"relabelled {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 if docs/dimensions.md is stale")
-    return render(p.parse_args(argv).check)
+    p.add_argument("--relabel", action="store_true", help="give the shipped cards' labels again, then write the doc")
+    args = p.parse_args(argv)
+    if args.relabel:
+        relabel()
+    return render(args.check)
 
 
 if __name__ == "__main__":

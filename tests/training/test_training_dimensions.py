@@ -91,6 +91,36 @@ def test_the_dominant_effect_is_the_largest_score_whatever_its_unit():
     assert dimensions.label_of("ink", measures, "garment") == "more ink"
 
 
+def test_a_label_two_dimensions_share_is_followed_by_each_ones_next_effect():
+    """Sliders that would say the same words say how they differ; a label no other dimension has, and
+    little change, stay as they are."""
+    norm = {k: dimensions.Norm(centre=0.0, spread=1.0) for k in dimensions.EFFECTS}
+    zero = {**dict.fromkeys(dimensions.EFFECTS, 0.0), "local_ink": 0.0, "local_x": 0.0, "local_y": 0.0, "change": 1.0}
+    measured = [
+        {**zero, "height": 2.0, "ink": 1.0, "slant": -0.5},  # taller, then thicker
+        {**zero, "height": 3.0, "ink": 0.2, "slant": -1.5},  # taller, then slants left
+        {**zero, "height": 1.0, "local": 0.5, "local_ink": 0.6, "local_y": -6.0},  # taller, then a part: no "local: "
+        {**zero, "x": -1.0},  # moves left: alone
+        {**zero, "change": 0.0},  # little change
+        {**zero, "change": 0.0, "y": 1.0},  # little change too
+        {**zero, "y": 3.0, "slant": -2.0, "width": -1.0},  # moves down, slants left, then narrower
+        {**zero, "y": 2.0, "slant": -1.5, "ink": -1.0},  # moves down, slants left, then thinner
+    ]
+    entries = [dimensions.dominant(d, m, norm, quiet_below=0.5, kind="digit") for d, m in enumerate(measured)]
+    labels = [e.label for e in dimensions.distinct(entries, norm, "digit")]
+    assert labels == [
+        "taller, thicker stroke",
+        "taller, slants left",
+        "taller, adds ink top",
+        "moves left",
+        dimensions.QUIET_LABEL,
+        dimensions.QUIET_LABEL,
+        "moves down, slants left, narrower",
+        "moves down, slants left, thinner stroke",
+    ]
+    assert [e.effect for e in dimensions.distinct(entries, norm, "digit")] == [e.effect for e in entries]
+
+
 # --- the shipped cards ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cards() -> dict[str, dict]:
@@ -99,7 +129,7 @@ def cards() -> dict[str, dict]:
 
 @pytest.mark.parametrize("name", list(contract.SHIPPED))
 def test_every_shipped_card_labels_every_dimension_of_every_class(cards, name):
-    """The section is complete, and each label is what its own measures and norms give (label_of)."""
+    """The section is complete, and each label is what its own measures and norms give (dominant, distinct)."""
     card = cards[name]
     dims = read_dimensions(card)
     assert dims is not None and list(dims.classes) == card[contract.SERVING]["classes"]
@@ -108,8 +138,7 @@ def test_every_shipped_card_labels_every_dimension_of_every_class(cards, name):
     kind = card[contract.SERVING]["preprocessing"]["kind"]
     for entries in dims.classes.values():
         assert [e.dim for e in entries] == list(range(contract.CAPSULE_DIM))
-        for e in entries:
-            assert e == dimensions.dominant(e.dim, e.measures, dims.norms, dims.quiet_below, kind)
+    assert dims == dimensions.labelled(dims, kind)
 
 
 def test_docs_and_readme_say_what_the_cards_say():
@@ -149,7 +178,8 @@ def test_the_threes_thickness_dimensions_change_the_ink_of_nearly_every_drawing(
     section = read_dimensions(cards["mnist"])
     assert section is not None
     entries = [e for e in section.classes["3"] if e.effect == "ink"]
-    assert {e.label for e in entries} <= set(dimensions.LABELS["ink"]) and entries
+    said = {e.dim: e.label.split(", ")[0] for e in entries}  # the dominant effect's words, before any next one
+    assert set(said.values()) <= set(dimensions.LABELS["ink"]) and entries
     capsules = first_read_right(mnist_fixture, 3)
     decoder = dimensions.session(contract.SHIPPED["mnist"] / contract.DECODER_ONNX)
     for e in entries:
@@ -158,5 +188,5 @@ def test_the_threes_thickness_dimensions_change_the_ink_of_nearly_every_drawing(
         batch[:, :, 3, e.dim] += np.array([-1, 1])[:, None] * contract.PERTURB_LIMIT
         (drawings,) = decoder.run(None, {contract.CAPSULES: batch.reshape(-1, *batch.shape[2:])})
         minus, plus = drawings.reshape(2, len(capsules), -1).sum(-1)
-        thicker = e.label == dimensions.LABELS["ink"][0]
+        thicker = said[e.dim] == dimensions.LABELS["ink"][0]
         assert ((plus > minus) == thicker).sum() >= 95, (e.dim, e.label)
