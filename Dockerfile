@@ -17,7 +17,8 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml ./
+# constraints.txt: the version of every package the images install, those the tests ran (deploy/constraints.py)
+COPY pyproject.toml deploy/constraints.txt ./
 # requirements-<extra>.txt: the extra's requirement lines, read with tomllib (no project install,
 # so neither training code nor torch can come along)
 RUN python3 -c "import sys, tomllib; extras = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']; [open(f'requirements-{name}.txt', 'w').write(chr(10).join(extras[name]) + chr(10)) for name in sys.argv[1:]]" serve demo
@@ -25,7 +26,7 @@ RUN python3 -c "import sys, tomllib; extras = tomllib.load(open('pyproject.toml'
 FROM builder AS builder-frontend
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --upgrade pip \
-    && /opt/venv/bin/pip install -r requirements-demo.txt
+    && /opt/venv/bin/pip install -r requirements-demo.txt -c constraints.txt
 
 # ---- runtime base: non-root user, no build tools -------------------------------------------------
 FROM ${BASE_IMAGE} AS runtime
@@ -58,7 +59,7 @@ RUN sed -E "s/^onnxruntime-gpu([<>=!~; ]|$)/${ORT_PACKAGE}\1/" requirements-serv
     && cat requirements.txt \
     && python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --upgrade pip \
-    && /opt/venv/bin/pip install -r requirements.txt \
+    && /opt/venv/bin/pip install -r requirements.txt -c constraints.txt \
     && /opt/venv/bin/python -c "import onnxruntime as ort; print('onnxruntime', ort.__version__, ort.get_available_providers())"
 
 FROM runtime AS api

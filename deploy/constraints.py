@@ -1,0 +1,85 @@
+"""The images' pins: deploy/constraints.txt holds every package the serving and demo images install (the
+`serve` and `demo` extras of pyproject.toml and all they require) at the version this venv holds.
+
+$ python deploy/constraints.py            # write it from the venv (make constraints)
+$ python deploy/constraints.py --check    # exit 1 if the venv's versions differ from it (what the tests check)
+
+The Dockerfile installs each image's extra with `-c constraints.txt`, and `make install` builds the venv with
+the same file, so the tests run the versions the images ship. onnxruntime, which the CPU image installs in
+place of onnxruntime-gpu (the Dockerfile's ORT_PACKAGE), is pinned to onnxruntime-gpu's version. The CUDA
+and cuDNN packages that the GPU image's `cuda,cudnn` extras bring are not in the venv and are left to pip.
+"""
+
+import argparse
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "deploy" / "constraints.txt"
+EXTRAS = ("serve", "demo")  # the serving image's and the demo image's
+CPU_TWINS = {"onnxruntime-gpu": "onnxruntime"}  # a package -> the one the CPU image installs in its place
+HEADER = (
+    "# The images' packages at the versions the tests run: the serve and demo extras of pyproject.toml and all\n"
+    "# they require. Written by deploy/constraints.py from the venv (make constraints); do not edit.\n"
+)
+
+
+def requirements(extras: tuple[str, ...] = EXTRAS) -> list[str]:
+    """The requirement lines of pyproject.toml's extras."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [line for extra in extras for line in project["optional-dependencies"][extra]]
+
+
+def closure(lines: list[str]) -> dict[str, str]:
+    """Canonical name -> installed version of every distribution the requirement lines need, with the
+    extras they name, and of everything those require in turn (markers evaluated here: Linux, this Python)."""
+    pinned: dict[str, str] = {}
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [Requirement(line) for line in lines]
+    while todo:
+        requirement = todo.pop()
+        name, extras = canonicalize_name(requirement.name), frozenset(requirement.extras)
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        try:
+            dist = metadata.distribution(requirement.name)
+        except metadata.PackageNotFoundError:
+            sys.exit(f"{requirement.name} is not installed: `make install` builds the venv these pins are read from")
+        pinned[name] = dist.version
+        for line in dist.requires or []:
+            needed = Requirement(line)
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                todo.append(needed)
+    return pinned
+
+
+def constraints() -> str:
+    """deploy/constraints.txt's text, from this venv."""
+    pinned = closure(requirements())
+    for package, twin in CPU_TWINS.items():
+        if package in pinned:
+            pinned[twin] = pinned[package]
+    return HEADER + "".join(f"{name}=={version}\n" for name, version in sorted(pinned.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if the venv's versions differ from the file")
+    text = constraints()
+    if p.parse_args(argv).check:
+        stale = not OUT.exists() or OUT.read_text() != text
+        print(f"stale: {OUT} differs from this venv; run make constraints" if stale else "up to date")
+        return int(stale)
+    OUT.write_text(text)
+    print(f"wrote {OUT} ({text.count('==')} packages)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

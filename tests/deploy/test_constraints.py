@@ -1,0 +1,47 @@
+"""The images install the versions the tests run: deploy/constraints.txt pins every package of the serve and
+demo extras (and all they require) at this venv's version, and both images' pip installs use it."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("constraints", REPO / "deploy" / "constraints.py")
+assert _spec is not None and _spec.loader is not None
+constraints = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(constraints)
+
+
+def pins() -> dict[str, str]:
+    lines = constraints.OUT.read_text().splitlines()
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
+
+
+def test_the_pins_are_this_venvs_versions():
+    assert constraints.main(["--check"]) == 0, "deploy/constraints.txt is stale: make constraints"
+
+
+def test_every_requirement_of_the_images_is_pinned_within_pyproject():
+    pinned = pins()
+    for line in constraints.requirements():
+        requirement = Requirement(line)
+        version = pinned.get(canonicalize_name(requirement.name))
+        assert version is not None and requirement.specifier.contains(version), (line, version)
+    assert pinned["onnxruntime"] == pinned["onnxruntime-gpu"]  # the CPU image's in place of the GPU image's
+
+
+def test_a_package_the_venv_lacks_is_named():
+    with pytest.raises(SystemExit, match="no-such-package-capsnet is not installed"):
+        constraints.closure(["no-such-package-capsnet>=1"])
+
+
+def test_both_images_install_with_the_pins():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    installs = re.findall(r"pip install -r (\S+)(.*)", dockerfile)
+    assert sorted(file for file, _ in installs) == ["requirements-demo.txt", "requirements.txt"]
+    assert all("-c constraints.txt" in rest for _, rest in installs), installs
+    assert "deploy/constraints.txt" in dockerfile and "!deploy/constraints.txt" in (REPO / ".dockerignore").read_text()
