@@ -219,7 +219,7 @@ class Engine:
         if wide:
             options.add_session_config_entry("session.force_spinning_stop", "1")
         if self._on_cpu:
-            memory.configure(options)
+            memory.configure(options, one_shape=bool(wide))  # the wide session runs a single image only
         return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
 
     def _cuda_graph(self) -> CudaGraph | None:

@@ -7,7 +7,9 @@ Four measures, each measured by benchmarks/engine_memory.py (benchmarks/results/
 - runs of at most `rows_per_run` images (`in_slices`): a CapsNet's working set grows with its votes,
   images x primary capsules x 10 x 16 floats (2.9 MB an image for the 40x40 model, 0.7 MB for MNIST's),
   while per image a run of a few costs the same time as a run of 64;
-- no memory pattern: ONNX Runtime would keep, per input shape, one block planned for the whole run;
+- no memory pattern: ONNX Runtime would keep, per input shape, one block planned for the whole run (but for
+  a session that only ever runs one shape, a single image alone on the server's: one block, and each run
+  skips its many allocations);
 - the heap that loading and warming up freed given back to the system (`release_freed_heap`).
 On a GPU, sessions keep ONNX Runtime's defaults: their working set is in GPU memory, and a GPU needs
 large batches to be fast.
@@ -39,11 +41,12 @@ def share_cpu_arena() -> None:
     ort.create_and_register_allocator(memory, ort.OrtArenaCfg({"arena_extend_strategy": NEXT_POWER_OF_TWO}))
 
 
-def configure(options: ort.SessionOptions) -> None:
-    """Options of a session on the CPU: the process's shared arena, no memory pattern."""
+def configure(options: ort.SessionOptions, one_shape: bool = False) -> None:
+    """Options of a session on the CPU: the process's shared arena, and no memory pattern unless the session
+    only ever runs `one_shape`."""
     share_cpu_arena()
     options.add_session_config_entry(USE_SHARED_ARENA, "1")
-    options.enable_mem_pattern = False
+    options.enable_mem_pattern = one_shape
 
 
 def rows_per_run(primary_capsules: int) -> int:

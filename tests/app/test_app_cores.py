@@ -116,6 +116,8 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
     assert (narrow.intra_op_num_threads, wide.intra_op_num_threads) == (1, 2)
     assert wide.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert wide.get_session_config_entry("session.force_spinning_stop") == "1"  # not past the run
+    # a single image is the wide session's one shape: its memory planned once (the batches' sessions plan none)
+    assert (narrow.enable_mem_pattern, wide.enable_mem_pattern) == (False, True)
     runs: list[str] = []
     for name in ("capsnet", "capsnet_wide"):
         setattr(engine, name, Spy(getattr(engine, name), name, runs))
