@@ -121,7 +121,7 @@ class DimensionEffect(_Section):
     dim: int = Field(ge=0)
     label: str = Field(
         description="what the + direction does, in a few words; where dimensions of the class share them, followed "
-        "by the dimension's next largest effect",
+        "by the dimension's next largest effects (training/dimensions.py distinct)",
         examples=["thicker stroke", "taller, slants left"],
     )
     effect: str = Field(description="the dominant measured effect (training/dimensions.py EFFECTS)", examples=["ink"])

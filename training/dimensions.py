@@ -34,7 +34,8 @@ locality, which is never zero): a score says how unusual that effect of this dim
 model's 160, and the dimension is labelled by its largest (`dominant`), signed for the + direction. Its
 share of the squared scores says how clearly it dominates (1: alone; 1/7: no more than any other). Where
 several dimensions of a class get the same label, each is followed by its next largest effect, and by the
-one after where they still share it (`distinct`): "taller, thicker stroke" and "taller, slants left".
+one after where they still share it, each if at least half a typical effect (`distinct`): "taller, thicker
+stroke" and "taller, slants left".
 """
 
 import argparse
@@ -68,6 +69,7 @@ LABELS = {  # effect -> (label of +, label of -)
 INK_LABELS = {"garment": ("more ink", "less ink")}
 QUIET_LABEL = "little change"
 QUALIFIERS = 2  # at most this many next effects follow a label that dimensions of a class share
+QUALIFIER_SCORE = 0.5  # and each is at least half as large as a typical effect (its spread)
 # A change large in its own units (summary): ink, width or height x1.25 or /1.25, 10° of slant, 1 px.
 SIZEABLE = {**dict.fromkeys(LOG_RATIOS, float(np.log(1.25))), "slant": 10.0, "x": 1.0, "y": 1.0}
 # The paper's names for what dimensions do (Fig. 4) and the effects measured here that stand for them.
@@ -83,7 +85,8 @@ METHOD = (
     f"+{contract.PERTURB_LIMIT} (other class capsules zeroed) and drawn by decoder.onnx; measures of the + "
     "drawing against the - one, averaged over the class's examples (training/dimensions.py); label: the "
     "effect with the largest (measure - centre) / spread over the model's class dimensions, signed for +, "
-    "and where dimensions of a class share it, the next largest"
+    f"and where dimensions of a class share it, the next largest, up to {QUALIFIERS}, each with a score of at "
+    f"least {QUALIFIER_SCORE}"
 )
 DOC = Path(__file__).resolve().parents[1] / "docs" / "dimensions.md"
 COMMAND = "python -m training.dimensions"
@@ -233,22 +236,27 @@ def dominant(
 
 def distinct(entries: list[DimensionEffect], norm: dict[str, Norm], kind: str) -> list[DimensionEffect]:
     """One class's dimensions (dominant's), each label that several of them share followed by that dimension's
-    next strongest effect (its next largest |score|), and by the one after where they still share it (at most
-    QUALIFIERS), so that the demo's sliders say how they differ: "taller, thicker stroke" and "taller, slants
-    left". A local effect named after another loses its "local: "."""
-    labels = {e.dim: e.label for e in entries}
+    next largest effect, and by the one after where they still share it (at most QUALIFIERS), each only when
+    its |score| is at least QUALIFIER_SCORE: "taller, thicker stroke" and "taller, slants left". Dimensions
+    that differ by traces alone keep their shared label. A local effect named after another loses "local: "."""
+    labels = {e.dim: e.label for e in entries}  # label_of's words hold no ", ": a qualified label is never a plain one
+    qualifiers = dict.fromkeys(labels, 0)
     for depth in range(QUALIFIERS):
         shared = Counter(labels.values())
-        again = [e for e in entries if shared[labels[e.dim]] > 1 and e.label != QUIET_LABEL]
-        for e in again:
+        for e in entries:
+            if e.label == QUIET_LABEL or shared[labels[e.dim]] < 2 or qualifiers[e.dim] < depth:
+                continue
             z = scores(e.measures, norm)
             after = sorted((k for k in EFFECTS if k != e.effect), key=lambda k: -abs(z[k]))[depth]
-            labels[e.dim] += f", {label_of(after, e.measures, kind).removeprefix('local: ')}"
+            if abs(z[after]) >= QUALIFIER_SCORE:
+                labels[e.dim] += f", {label_of(after, e.measures, kind).removeprefix('local: ')}"
+                qualifiers[e.dim] += 1
     return [e.model_copy(update={"label": labels[e.dim]}) for e in entries]
 
 
 def labelled(dims: Dimensions, kind: str) -> Dimensions:
-    """A section with every label given again from its own measures, norms and quiet_below (dominant, distinct)."""
+    """A section with every label given again from its own measures, norms and quiet_below (dominant, distinct),
+    and the METHOD that says how."""
 
     def labels(entries: list[DimensionEffect]) -> list[DimensionEffect]:
         plain = [dominant(e.dim, e.measures, dims.norms, dims.quiet_below, kind) for e in entries]
@@ -387,7 +395,8 @@ def document(cards: dict[str, dict]) -> str:
         f"{', '.join(signed)} (a garment's ink); `local: <adds ink | removes ink | reshapes> <part>` (the most-changed "
         f"window, seen from the ink's centre); `{QUIET_LABEL}` where the drawing changes less than {QUIET} of the "
         "model's median change; a label that dimensions of one class share, followed by each one's next largest "
-        f"effect, and the one after while they still share it (at most {QUALIFIERS}: `taller, thicker stroke`)."
+        f"effect, and the one after while they still share it (at most {QUALIFIERS}, each with a score of at least "
+        f"{QUALIFIER_SCORE}: `taller, thicker stroke`)."
     )
     return (
         f"# What each capsule dimension does\n\nGenerated by `{COMMAND}` from the shipped cards' "
@@ -424,8 +433,9 @@ def relabel() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if docs/dimensions.md is stale")
-    p.add_argument("--relabel", action="store_true", help="give the shipped cards' labels again, then write the doc")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true", help="exit 1 if docs/dimensions.md is stale")
+    what.add_argument("--relabel", action="store_true", help="give the shipped cards' labels again, then write the doc")
     args = p.parse_args(argv)
     if args.relabel:
         relabel()

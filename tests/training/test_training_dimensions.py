@@ -92,19 +92,23 @@ def test_the_dominant_effect_is_the_largest_score_whatever_its_unit():
 
 
 def test_a_label_two_dimensions_share_is_followed_by_each_ones_next_effect():
-    """Sliders that would say the same words say how they differ; a label no other dimension has, and
-    little change, stay as they are."""
+    """Sliders that would say the same words say how they differ, by effects of at least QUALIFIER_SCORE; a
+    label no other dimension has, dimensions that differ by traces alone, and little change stay as they are."""
     norm = {k: dimensions.Norm(centre=0.0, spread=1.0) for k in dimensions.EFFECTS}
     zero = {**dict.fromkeys(dimensions.EFFECTS, 0.0), "local_ink": 0.0, "local_x": 0.0, "local_y": 0.0, "change": 1.0}
     measured = [
         {**zero, "height": 2.0, "ink": 1.0, "slant": -0.5},  # taller, then thicker
         {**zero, "height": 3.0, "ink": 0.2, "slant": -1.5},  # taller, then slants left
-        {**zero, "height": 1.0, "local": 0.5, "local_ink": 0.6, "local_y": -6.0},  # taller, then a part: no "local: "
+        {**zero, "height": 1.0, "local": 0.8, "local_ink": 0.6, "local_y": -6.0},  # taller, then a part: no "local: "
         {**zero, "x": -1.0},  # moves left: alone
         {**zero, "change": 0.0},  # little change
         {**zero, "change": 0.0, "y": 1.0},  # little change too
         {**zero, "y": 3.0, "slant": -2.0, "width": -1.0},  # moves down, slants left, then narrower
         {**zero, "y": 2.0, "slant": -1.5, "ink": -1.0},  # moves down, slants left, then thinner
+        {**zero, "x": 2.0, "ink": 0.4},  # moves right, and a trace thicker: no more than that
+        {**zero, "x": 1.5, "ink": -0.4, "slant": 0.3},  # moves right, and traces
+        {**zero, "width": 2.0, "height": 1.0, "ink": 0.2},  # wider, taller, then a trace: it stops there
+        {**zero, "width": 1.5, "height": 0.8, "ink": -0.3},  # wider, taller, the same
     ]
     entries = [dimensions.dominant(d, m, norm, quiet_below=0.5, kind="digit") for d, m in enumerate(measured)]
     labels = [e.label for e in dimensions.distinct(entries, norm, "digit")]
@@ -117,6 +121,10 @@ def test_a_label_two_dimensions_share_is_followed_by_each_ones_next_effect():
         dimensions.QUIET_LABEL,
         "moves down, slants left, narrower",
         "moves down, slants left, thinner stroke",
+        "moves right",
+        "moves right",
+        "wider, taller",
+        "wider, taller",
     ]
     assert [e.effect for e in dimensions.distinct(entries, norm, "digit")] == [e.effect for e in entries]
 
