@@ -17,7 +17,7 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# constraints.txt: the version of every package the images install, those the tests ran (deploy/constraints.py)
+# constraints.txt: the serve and demo extras and all they require, at the versions the tests run (deploy/constraints.py)
 COPY pyproject.toml deploy/constraints.txt ./
 # requirements-<extra>.txt: the extra's requirement lines, read with tomllib (no project install,
 # so neither training code nor torch can come along)

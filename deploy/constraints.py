@@ -1,5 +1,6 @@
-"""The images' pins: deploy/constraints.txt holds every package the serving and demo images install (the
-`serve` and `demo` extras of pyproject.toml and all they require) at the version this venv holds.
+"""The images' pins: deploy/constraints.txt holds the `serve` and `demo` extras of pyproject.toml and all they
+require at the versions this venv holds, a venv of the images' Python (the Dockerfile's BASE_IMAGE), since
+which packages a requirement brings can depend on the Python version.
 
 $ python deploy/constraints.py            # write it from the venv (make constraints)
 $ python deploy/constraints.py --check    # exit 1 if the venv's versions differ from it (what the tests check)
@@ -8,9 +9,12 @@ The Dockerfile installs each image's extra with `-c constraints.txt`, and `make 
 the same file, so the tests run the versions the images ship. onnxruntime, which the CPU image installs in
 place of onnxruntime-gpu (the Dockerfile's ORT_PACKAGE), is pinned to onnxruntime-gpu's version. The CUDA
 and cuDNN packages that the GPU image's `cuda,cudnn` extras bring are not in the venv and are left to pip.
+To move a package, or a floor in pyproject.toml: upgrade it in the venv without the pins (`pip install -U
+<package>`), then `make constraints`, `make test` and `make docker-smoke`.
 """
 
 import argparse
+import re
 import sys
 import tomllib
 from importlib import metadata
@@ -24,9 +28,17 @@ OUT = REPO / "deploy" / "constraints.txt"
 EXTRAS = ("serve", "demo")  # the serving image's and the demo image's
 CPU_TWINS = {"onnxruntime-gpu": "onnxruntime"}  # a package -> the one the CPU image installs in its place
 HEADER = (
-    "# The images' packages at the versions the tests run: the serve and demo extras of pyproject.toml and all\n"
-    "# they require. Written by deploy/constraints.py from the venv (make constraints); do not edit.\n"
+    "# The serve and demo extras of pyproject.toml and all they require, at the versions the tests run, for the\n"
+    "# images' Python {python}. Written by deploy/constraints.py from the venv (make constraints); do not edit.\n"
 )
+
+
+def image_python() -> tuple[int, int]:
+    """(major, minor) of the images' Python: the Dockerfile's BASE_IMAGE, python:3.11-slim-bookworm."""
+    found = re.search(r"^ARG BASE_IMAGE=python:(\d+)\.(\d+)", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    if found is None:
+        sys.exit("the Dockerfile's BASE_IMAGE names no python:X.Y image")
+    return int(found[1]), int(found[2])
 
 
 def requirements(extras: tuple[str, ...] = EXTRAS) -> list[str]:
@@ -40,7 +52,7 @@ def closure(lines: list[str]) -> dict[str, str]:
     extras they name, and of everything those require in turn (markers evaluated here: Linux, this Python)."""
     pinned: dict[str, str] = {}
     seen: set[tuple[str, frozenset[str]]] = set()
-    todo = [Requirement(line) for line in lines]
+    todo = [r for r in map(Requirement, lines) if r.marker is None or r.marker.evaluate({"extra": ""})]
     while todo:
         requirement = todo.pop()
         name, extras = canonicalize_name(requirement.name), frozenset(requirement.extras)
@@ -60,19 +72,27 @@ def closure(lines: list[str]) -> dict[str, str]:
 
 
 def constraints() -> str:
-    """deploy/constraints.txt's text, from this venv."""
+    """deploy/constraints.txt's text, from this venv (of the images' Python)."""
+    python = image_python()
+    if sys.version_info[:2] != python:
+        sys.exit(
+            f"the images run Python {python[0]}.{python[1]}: read their pins from a venv of it, not of "
+            f"{sys.version_info[0]}.{sys.version_info[1]}"
+        )
     pinned = closure(requirements())
     for package, twin in CPU_TWINS.items():
         if package in pinned:
             pinned[twin] = pinned[package]
-    return HEADER + "".join(f"{name}=={version}\n" for name, version in sorted(pinned.items()))
+    header = HEADER.format(python=f"{python[0]}.{python[1]}")
+    return header + "".join(f"{name}=={version}\n" for name, version in sorted(pinned.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 if the venv's versions differ from the file")
+    check = p.parse_args(argv).check
     text = constraints()
-    if p.parse_args(argv).check:
+    if check:
         stale = not OUT.exists() or OUT.read_text() != text
         print(f"stale: {OUT} differs from this venv; run make constraints" if stale else "up to date")
         return int(stale)

@@ -211,6 +211,24 @@ def test_images_build_lean_and_non_root(engine, images):
     assert got == f"False ['frontend', 'model'] {contract_files}", got
 
 
+def test_images_hold_the_pinned_versions(engine, images):
+    """Each package of the images that deploy/constraints.txt pins is at its pin, the CPU image's onnxruntime
+    among them: the images run the versions the tests ran."""
+    lines = (REPO / "deploy" / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    probe = "import importlib.metadata as m; print(*{d.metadata['Name'] + '==' + d.version for d in m.distributions()})"
+    held = {}
+    for role in ("api", "frontend"):
+        command = ["docker", "run", "--rm", "--network", "none", images["images"][role], "python", "-c", probe]
+        found = (x.split("==") for x in run(command, engine).stdout.split())
+        held[role] = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in found}
+        off = {name: (v, pins[name]) for name, v in held[role].items() if name in pins and v != pins[name]}
+        assert not off, f"{role}: installed vs pinned {off}"
+        pinned = sum(name in pins for name in held[role])
+        say(f"{role}: {pinned} of its {len(held[role])} packages pinned, each at its pin")
+    assert held["api"]["onnxruntime"] == pins["onnxruntime"] and held["frontend"]["gradio"] == pins["gradio"]
+
+
 def _post_file(url: str, filename: str, payload: bytes) -> dict:
     request = urllib.request.Request(
         url, data=multipart(payload, filename), method="POST", headers={"Content-Type": MULTIPART}
