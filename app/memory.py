@@ -7,9 +7,9 @@ Four measures, each measured by benchmarks/engine_memory.py (benchmarks/results/
 - runs of at most `rows_per_run` images (`in_slices`): a CapsNet's working set grows with its votes,
   images x primary capsules x 10 x 16 floats (2.9 MB an image for the 40x40 model, 0.7 MB for MNIST's),
   while per image a run of a few costs the same time as a run of 64;
-- no memory pattern: ONNX Runtime would keep, per input shape, one block planned for the whole run (but for
-  a session that only ever runs one shape, a single image alone on the server's: one block, and each run
-  skips its many allocations);
+- no memory pattern: ONNX Runtime would keep, per input shape, one block planned for the whole run. The
+  session that runs a lone request's single image (app/cores.py) keeps it: one shape, so one block, and
+  each run skips its allocations;
 - the heap that loading and warming up freed given back to the system (`release_freed_heap`).
 On a GPU, sessions keep ONNX Runtime's defaults: their working set is in GPU memory, and a GPU needs
 large batches to be fast.

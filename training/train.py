@@ -150,7 +150,7 @@ def main(argv=None) -> dict:
     _, run, test = train(config, model_config)
     if dist.is_initialized():
         # rank 0 alone evaluates the test set: the others wait for it, so that every rank takes the group
-        # down together (one that tears it down alone may abort at exit, its threads still joined to it)
+        # down together (a rank that takes it down alone, its peer still connected, can abort as it exits)
         dist.barrier()
         dist.destroy_process_group()
     return {"run": run, "test": test}
