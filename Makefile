@@ -64,7 +64,7 @@ train: fetch                   ## train a CapsNet (EPOCHS=10 by default)
 	$(BIN)/python -m training.train --epochs $(EPOCHS)
 
 constraints: $(BIN)/python     ## pin the images' packages to this venv's versions: deploy/constraints.txt (install uses it)
-	$(BIN)/python deploy/constraints.py
+	$(BIN)/python -m deploy.constraints
 
 campaign-preflight: $(BIN)/python  ## the GPU campaign's whole cycle on the CPU, every run of the plan (docs/training/campaign.md)
 	$(BIN)/python -m training.campaign preflight

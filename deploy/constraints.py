@@ -2,8 +2,8 @@
 require at the versions this venv holds, a venv of the images' Python (the Dockerfile's BASE_IMAGE), since
 which packages a requirement brings can depend on the Python version.
 
-$ python deploy/constraints.py            # write it from the venv (make constraints)
-$ python deploy/constraints.py --check    # exit 1 if the venv's versions differ from it (what the tests check)
+$ python -m deploy.constraints            # write it from the venv (make constraints)
+$ python -m deploy.constraints --check    # exit 1 if the venv's versions differ from it (what the tests check)
 
 The Dockerfile installs each image's extra with `-c constraints.txt`, and `make install` builds the venv with
 the same file, so the tests run the versions the images ship. onnxruntime, which the CPU image installs in
@@ -69,6 +69,12 @@ def closure(lines: list[str]) -> dict[str, str]:
             if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in ("", *extras)):
                 todo.append(needed)
     return pinned
+
+
+def pins() -> dict[str, str]:
+    """deploy/constraints.txt as canonical name -> pinned version."""
+    lines = OUT.read_text().splitlines()
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
 
 
 def constraints() -> str:

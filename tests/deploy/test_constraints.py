@@ -1,7 +1,6 @@
 """The images install the versions the tests run: deploy/constraints.txt pins every package of the serve and
 demo extras (and all they require) at this venv's version, and both images' pip installs use it."""
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -10,16 +9,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from deploy import constraints
+
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("constraints", REPO / "deploy" / "constraints.py")
-assert _spec is not None and _spec.loader is not None
-constraints = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(constraints)
-
-
-def pins() -> dict[str, str]:
-    lines = constraints.OUT.read_text().splitlines()
-    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
 
 
 @pytest.mark.skipif(
@@ -35,7 +27,7 @@ def test_the_pins_are_for_the_images_python():
 
 
 def test_every_requirement_of_the_images_is_pinned_within_pyproject():
-    pinned = pins()
+    pinned = constraints.pins()
     for line in constraints.requirements():
         requirement = Requirement(line)
         version = pinned.get(canonicalize_name(requirement.name))

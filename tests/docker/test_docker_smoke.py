@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from packaging.utils import canonicalize_name
 
+from deploy import constraints
 from model import contract
 from tests.harness import MULTIPART, encode, free_port, multipart
 
@@ -214,14 +216,13 @@ def test_images_build_lean_and_non_root(engine, images):
 def test_images_hold_the_pinned_versions(engine, images):
     """Each package of the images that deploy/constraints.txt pins is at its pin, the CPU image's onnxruntime
     among them: the images run the versions the tests ran."""
-    lines = (REPO / "deploy" / "constraints.txt").read_text().splitlines()
-    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    pins = constraints.pins()
     probe = "import importlib.metadata as m; print(*{d.metadata['Name'] + '==' + d.version for d in m.distributions()})"
     held = {}
     for role in ("api", "frontend"):
         command = ["docker", "run", "--rm", "--network", "none", images["images"][role], "python", "-c", probe]
         found = (x.split("==") for x in run(command, engine).stdout.split())
-        held[role] = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in found}
+        held[role] = {canonicalize_name(name): version for name, version in found}
         off = {name: (v, pins[name]) for name, v in held[role].items() if name in pins and v != pins[name]}
         assert not off, f"{role}: installed vs pinned {off}"
         pinned = sum(name in pins for name in held[role])

@@ -1,0 +1,1 @@
+"""What deploys the service beside its images: the images' package pins (constraints.py) and Ray Serve's config."""
