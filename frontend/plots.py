@@ -49,6 +49,30 @@ def fitting_font(
     return font(size)
 
 
+def wrapped(text: str, fnt: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: float) -> list[str]:
+    """`text` in lines at most `width` wide in `fnt`, broken after its commas, and between the words of a
+    part too wide for a line of its own (a word wider than that alone on its line)."""
+    lines: list[str] = []
+    for part in text.replace(", ", ",\n").split("\n"):
+        for piece in [part] if fnt.getlength(part) <= width else part.split():
+            if lines and fnt.getlength(f"{lines[-1]} {piece}") <= width:
+                lines[-1] = f"{lines[-1]} {piece}"
+            else:
+                lines.append(piece)
+    return lines
+
+
+def caption_font(
+    texts: Sequence[str], width: float, largest: int, smallest: int, lines: int = 2
+) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    """The largest font, from `largest` down to `smallest` px, in which every text takes at most `lines`
+    lines `width` wide (wrapped)."""
+    size = largest
+    while size > smallest and max(len(wrapped(t, font(size), width)) for t in texts) > lines:
+        size -= 1
+    return font(size)
+
+
 def enlarge(image: Image.Image, scale: int = SCALE) -> Image.Image:
     """`scale` times larger, each pixel a crisp square (no blur)."""
     return image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
@@ -265,24 +289,29 @@ def sweep_dimensions(
 ) -> Image.Image:
     """The followed capsule's dimensions along a sweep, one small chart each on one shared scale (4 x 4
     for 16), a marker at step `at`: the `moving` dimensions that change most over the sweep in the
-    accent colour (equivariance: they follow the transform), the others grey."""
+    accent colour (equivariance: they follow the transform), the others grey. Each chart's label is
+    wrapped to its width, on as many lines as the longest label takes (two, in a font of 10 px or more)."""
     capsules = np.asarray(capsules, np.float32)  # (steps, dims)
     steps, dims = capsules.shape
     columns = 4
     rows = math.ceil(dims / columns)
-    (w, h), gap, caption = panel, 10, 18
+    (w, h), gap = panel, 10
+    label_font = caption_font(labels, w, largest=12, smallest=10)
+    captions = [wrapped(label, label_font, w) for label in labels]
+    line = round(label_font.getbbox("dA")[3]) + 2  # px from one line's baseline to the next
+    caption = line * max(map(len, captions)) + 6
     image = Image.new("RGB", (columns * (w + gap) + gap, rows * (h + caption + gap) + gap), PAPER)
     draw = ImageDraw.Draw(image)
     reach = max(float(np.abs(capsules).max()), 1e-6)
     spread = np.ptp(capsules, axis=0)
     leaders = set(np.argsort(-spread)[:moving].tolist())
     xs_unit = np.linspace(0.0, 1.0, steps)
-    label_font = fitting_font(labels, w, largest=12, smallest=9)
     for d in range(dims):
         x0 = gap + (d % columns) * (w + gap)
         y0 = gap + (d // columns) * (h + caption + gap) + caption
         colour = WINNER if d in leaders else BAR
-        draw.text((x0, y0 - 4), labels[d], fill=INK if d in leaders else MUTED, font=label_font, anchor="ls")
+        for k, text in enumerate(reversed(captions[d])):  # the last line just above the chart
+            draw.text((x0, y0 - 4 - k * line), text, fill=INK if d in leaders else MUTED, font=label_font, anchor="ls")
         draw.rectangle([x0, y0, x0 + w, y0 + h], outline=(226, 232, 240))
         draw.line([(x0, y0 + h / 2), (x0 + w, y0 + h / 2)], fill=(226, 232, 240))
         xs = x0 + w * xs_unit

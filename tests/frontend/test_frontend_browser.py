@@ -4,8 +4,8 @@ then picks a pair example in the Two digits tab, a garment in the Fashion tab an
 model's tab and sees them named. Screenshots are saved.
 
 Uses Debian's chromium (/usr/bin/chromium) through Playwright, never Playwright's own browsers.
-CAPSNET_SCREENSHOT=1 also writes the Digit tab's screenshot to docs/demo.png (the README shows it) and
-the Two digits tab's to docs/demo_pairs.png.
+CAPSNET_SCREENSHOT=1 also writes the docs' screenshots: the Digit tab's to docs/demo.png (the README shows
+it), the Transform panel's to docs/demo_transform.png and the Two digits tab's to docs/demo_pairs.png.
 """
 
 import io
@@ -68,9 +68,13 @@ def stroke(page, points: list[tuple[float, float]]) -> None:
     page.mouse.up()
 
 
-def screenshot(page, path: Path) -> None:
-    """The whole page to `path`; with CAPSNET_SCREENSHOT=1 also to docs/ under the same name."""
-    page.screenshot(path=path, full_page=True)
+def screenshot(page, path: Path, part=None) -> None:
+    """The whole page (or the locator `part` of it) to `path`; with CAPSNET_SCREENSHOT=1 also to docs/ under
+    the same name."""
+    if part is None:
+        page.screenshot(path=path, full_page=True)
+    else:
+        part.screenshot(path=path)
     assert path.stat().st_size > 10_000
     if os.environ.get("CAPSNET_SCREENSHOT"):
         DOCS.mkdir(exist_ok=True)
@@ -197,6 +201,7 @@ def test_transform_a_drawn_digit_and_watch_its_capsule(page, made_demo_url, tmp_
     expect(status).to_contain_text("Rotate 30°")
     expect(turned).not_to_have_attribute("src", before)
     expect(page.locator("#transform-dimensions img")).to_be_visible()
+    screenshot(page, tmp_path / "demo_transform.png", page.locator("#transform"))
 
     page.locator("#transform-kind").get_by_text("Scale").click()
     expect(status).to_contain_text("Scale 1x")
@@ -204,8 +209,6 @@ def test_transform_a_drawn_digit_and_watch_its_capsule(page, made_demo_url, tmp_
     stroke(page, [(cx, cy - 0.7 * r), (cx, cy + 0.7 * r)])  # a 1, swept with the panel open
     expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?1"))
     expect(status).to_contain_text("following the 1 capsule")
-    page.locator("#transform").scroll_into_view_if_needed()
-    screenshot(page, tmp_path / "demo_transform.png")
 
 
 def test_step_through_the_routing_iterations(page, made_demo_url):
