@@ -269,13 +269,16 @@ def sweep_lengths(
             _polyline(draw, xs, y_of(first[:, j]), BAR, 1)
     x_at = float(xs[at])
     draw.line([(x_at, top), (x_at, top + plot_h)], fill=INK, width=1)
+    line = round(small.getbbox("dA")[3]) + 3  # px from one legend line to the next
+    y = top + plot_h * 0.3
     for k, (name, lengths, colour) in enumerate(series):
         ys = y_of(np.asarray(lengths, np.float32)[:, followed])
         _polyline(draw, xs, ys, colour, 3 - min(k, 1))
         draw.ellipse([x_at - 4, ys[at] - 4, x_at + 4, ys[at] + 4], fill=colour)
-        draw.text(
-            (left + plot_w + 6, top + plot_h * 0.3 + 18 * k), f"{name}: {names[followed]}", fill=colour, font=small
-        )
+        for text in wrapped(f"{name}: {names[followed]}", small, right - 10):  # the legend, in the right margin
+            draw.text((left + plot_w + 6, y), text, fill=colour, font=small)
+            y += line
+        y += 4
     return image
 
 

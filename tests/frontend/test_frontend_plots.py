@@ -1,8 +1,11 @@
 """The capsule-lengths chart: every number on it can be read (none under the title, none crossed by a line)."""
 
+import json
+
 import numpy as np
 
 from frontend import plots
+from model import contract
 from model.contract import M_MINUS, NUM_CLASSES
 
 
@@ -89,3 +92,16 @@ def test_the_dimensions_charts_labels_stay_over_their_own_chart():
         assert (beside == plots.PAPER).all(), f"a label crosses into chart {column}'s column"
     fnt = plots.caption_font(labels, w, largest=12, smallest=10)
     assert fnt.size >= 10 and len(plots.wrapped(labels[0], fnt, w)) == 2
+
+
+def test_the_sweep_legend_names_every_class_whole():
+    """The legend beside the lengths along a sweep: a model's name and its longest class names (Fashion-MNIST's)
+    wrap within the image; nothing is cut at its right edge."""
+    card = json.loads((contract.SHIPPED["fashion-mnist"] / contract.MODEL_CARD).read_text())
+    classes = card["serving"]["classes"]
+    values = np.linspace(-30, 30, 13)
+    lengths = np.full((13, 10), 0.05, np.float32)
+    for j, name in enumerate(classes):
+        series = [("fashion-mnist", lengths, plots.WINNER), ("affine", lengths, plots.PAIR_COLOURS[1])]
+        chart = np.asarray(plots.sweep_lengths(values, series, j, 6, classes))
+        assert (chart[:, -4:] == plots.PAPER).all(), f"the legend of {name!r} runs off the chart"
