@@ -339,7 +339,7 @@ def page(tabs: list[Tab]) -> Page:
     """The introduction, a tab per model, and the footer below them (inside a gr.Blocks)."""
     gr.Markdown(intro(tabs))
     footer = gr.Markdown(elem_id="footer", render=False)  # the model of the tab in view, below every tab
-    with gr.Tabs():
+    with gr.Tabs(overflow_behavior="wrap", elem_id="models"):  # every model's tab in view, a phone's too
         uis = [model_tab(tab, footer) for tab in tabs]
     footer.render()
     return Page(uis, footer)

@@ -9,6 +9,7 @@ it), the Transform panel's to docs/demo_transform.png and the Two digits tab's t
 """
 
 import io
+import itertools
 import os
 import re
 import shutil
@@ -273,6 +274,49 @@ def test_the_affine_model_has_a_digit_tab(page, made_demo_url):
     expect(page.locator("#affine-status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
     shows_model_input(page, "affine-", AFFINE_SIZE)
     expect(page.locator("#footer")).to_contain_text("affine")
+
+
+def finger(cdp, points: list[tuple[float, float]], steps: int = 12) -> None:
+    """A finger's stroke through the points (page px), as a phone's touch screen sends it (Chromium's
+    DevTools protocol: Playwright's touchscreen only taps)."""
+    path = [points[0]] + [
+        (a[0] + (b[0] - a[0]) * k / steps, a[1] + (b[1] - a[1]) * k / steps)
+        for a, b in itertools.pairwise(points)
+        for k in range(1, steps + 1)
+    ]
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": path[0][0], "y": path[0][1]}]})
+    for x, y in path[1:]:
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": [{"x": x, "y": y}]})
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+
+
+def test_a_phone_shows_every_model_and_draws_with_a_finger(browser, made_demo_url):
+    """On a phone's screen (390 px wide, touch): every model's tab is in view (none behind a menu), a digit
+    drawn with a finger is answered, and drawing does not scroll the page."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        open_demo(page, made_demo_url)
+        for name in ("Digit", "Fashion", "Two digits", "Digit (affine)"):
+            expect(page.locator("#models").get_by_role("tab", name=name, exact=True)).to_be_visible()
+        canvas = page.locator("#sketch canvas").first
+        canvas.scroll_into_view_if_needed()
+        box = canvas.bounding_box()
+        cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 2
+        cdp = context.new_cdp_session(page)
+        top = page.evaluate("() => window.scrollY")
+        for points in ([(-0.45, -0.6), (0.4, -0.6)], [(0.4, -0.6), (-0.1, 0.7)]):  # a 7: the bar, then the stem
+            finger(cdp, [(cx + x * r, cy + y * r) for x, y in points])
+        expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
+        assert page.evaluate("() => window.scrollY") == top, "drawing scrolled the page"
+        page.wait_for_timeout(1500)  # the answer's follow-up (routing maps, Fig. 4) comes as a person reads it
+        page.locator("#models").get_by_role("tab", name="Two digits", exact=True).tap()
+        expect(page.locator("#pair-sketch canvas").first).to_be_visible()
+    finally:
+        context.close()
 
 
 def test_the_footer_leads_to_the_api_docs(page, made_demo_url):
