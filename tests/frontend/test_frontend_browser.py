@@ -276,9 +276,10 @@ def test_the_affine_model_has_a_digit_tab(page, made_demo_url):
     expect(page.locator("#footer")).to_contain_text("affine")
 
 
-def finger(cdp, points: list[tuple[float, float]], steps: int = 12) -> None:
+def finger(page, cdp, points: list[tuple[float, float]], steps: int = 12) -> None:
     """A finger's stroke through the points (page px), as a phone's touch screen sends it (Chromium's
-    DevTools protocol: Playwright's touchscreen only taps)."""
+    DevTools protocol: Playwright's touchscreen only taps): a move every 16 ms, and a rest before it lifts.
+    Moves sent at once read as a flick, and Chromium drops a tap that follows a flick within a second."""
     path = [points[0]] + [
         (a[0] + (b[0] - a[0]) * k / steps, a[1] + (b[1] - a[1]) * k / steps)
         for a, b in itertools.pairwise(points)
@@ -287,6 +288,8 @@ def finger(cdp, points: list[tuple[float, float]], steps: int = 12) -> None:
     cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": path[0][0], "y": path[0][1]}]})
     for x, y in path[1:]:
         cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": [{"x": x, "y": y}]})
+        page.wait_for_timeout(16)
+    page.wait_for_timeout(100)
     cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
 
 
@@ -309,10 +312,9 @@ def test_a_phone_shows_every_model_and_draws_with_a_finger(browser, made_demo_ur
         cdp = context.new_cdp_session(page)
         top = page.evaluate("() => window.scrollY")
         for points in ([(-0.45, -0.6), (0.4, -0.6)], [(0.4, -0.6), (-0.1, 0.7)]):  # a 7: the bar, then the stem
-            finger(cdp, [(cx + x * r, cy + y * r) for x, y in points])
+            finger(page, cdp, [(cx + x * r, cy + y * r) for x, y in points])
         expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
         assert page.evaluate("() => window.scrollY") == top, "drawing scrolled the page"
-        page.wait_for_timeout(1500)  # the answer's follow-up (routing maps, Fig. 4) comes as a person reads it
         page.locator("#models").get_by_role("tab", name="Two digits", exact=True).tap()
         expect(page.locator("#pair-sketch canvas").first).to_be_visible()
     finally:
