@@ -1,7 +1,8 @@
 """A person in a browser: headless Chromium opens the demo, draws a stroke with the mouse, sees a
 prediction and the image the model saw, moves a slider and sees the perturbed reconstruction change;
 then picks a pair example in the Two digits tab, a garment in the Fashion tab and a digit in the affine
-model's tab and sees them named. Screenshots are saved.
+model's tab and sees them named; on a phone's touch screen, finds every model's tab and draws with a
+finger. Screenshots are saved.
 
 Uses Debian's chromium (/usr/bin/chromium) through Playwright, never Playwright's own browsers.
 CAPSNET_SCREENSHOT=1 also writes the docs' screenshots: the Digit tab's to docs/demo.png (the README shows
