@@ -317,7 +317,7 @@ def sweep_dimensions(
             draw.text((x0, y0 - 4 - k * line), text, fill=INK if d in leaders else MUTED, font=label_font, anchor="ls")
         draw.rectangle([x0, y0, x0 + w, y0 + h], outline=(226, 232, 240))
         draw.line([(x0, y0 + h / 2), (x0 + w, y0 + h / 2)], fill=(226, 232, 240))
-        xs = x0 + w * xs_unit
+        xs = x0 + 4 + (w - 8) * xs_unit  # the step markers (radius 3) and the line inside the frame
         ys = y0 + h / 2 - (h / 2 - 3) * capsules[:, d] / reach
         _polyline(draw, xs, ys, colour, 2)
         draw.line([(xs[at], y0), (xs[at], y0 + h)], fill=INK)
