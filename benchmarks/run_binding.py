@@ -193,7 +193,8 @@ def conv_as_matmul(graph: bytes, min_reduction: int = 4096) -> bytes:
             weight is None
             or len(weight.dims) != 4
             or attrs.get("group", 1) != 1
-            or any(attrs.get("pads", [0])) + any(d != 1 for d in attrs.get("dilations", [1]))
+            or any(attrs.get("pads", [0]))
+            or any(d != 1 for d in attrs.get("dilations", [1]))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID")
             or len(shape) != 4
             or not all(shape)

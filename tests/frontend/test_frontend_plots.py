@@ -1,4 +1,6 @@
-"""The capsule-lengths chart: every number on it can be read (none under the title, none crossed by a line)."""
+"""The demo's charts can be read: the capsule lengths' numbers (none under the title, none crossed by a line),
+the routing maps' scale, and every word beside a sweep (each dimension's label over its own chart, the legend
+within its image)."""
 
 import json
 
