@@ -20,6 +20,7 @@ LIVE: dict[str, Any] = dict(
     trigger_mode="always_last", show_progress="minimal"
 )  # while one call runs, only the last new one waits
 PRIVATE: dict[str, Any] = dict(api_visibility="private")
+RAW: dict[str, Any] = dict(preprocess=False)  # an upload's file reaches its handler unopened (handlers.answer_upload)
 # What follows an answer (its routing maps, the perturbed capsule and Fig. 4) waits until the browser has
 # drawn the answer, so that neither its work on the server nor the page's own for a new event takes the
 # CPU the browser needs to show it. The wait is in the browser, before the event is sent: a frame for the
@@ -75,7 +76,7 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
             **follow
         )
         upload_tab.select(
-            gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers, **LIVE, **PRIVATE
+            gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers, **LIVE, **RAW, **PRIVATE
         ).then(**follow)
     # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
     inputs.upload.upload(
@@ -83,6 +84,7 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
         [ui.screen, inputs.upload],
         answers,
         **LIVE,
+        **RAW,
         api_name=f"{api}predict_upload",
     ).then(**follow)
     # A cleared upload asks again without reading the upload: after an example, its clear event can still

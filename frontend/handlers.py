@@ -120,7 +120,15 @@ def answer_drawing(client: ApiClient, ui: TabUI, drawing: str | None) -> dict:
     return updates(predict_drawing(client, ui.tab, drawing), ui.outputs)
 
 
-def answer_upload(client: ApiClient, ui: TabUI, path: str | None) -> dict:
+def answer_upload(client: ApiClient, ui: TabUI, upload: dict[str, Any] | None) -> dict:
+    """The view of an uploaded file, as Gradio stored it (`upload`: its FileData, {"path": ...}).
+
+    The upload's events skip Gradio's preprocessing (frontend/events.py), which would open the file with
+    Pillow and convert it to RGB: a transparent PNG's ink, held in its alpha over black pixels, would reach
+    the API as a black square, and a file that is not an image would fail in Gradio with no sentence. The
+    file goes to the API as it was sent, which reads it or says why not. Gradio has checked that the path
+    is one of its uploads before the handler runs."""
+    path = upload.get("path") if upload else None
     return updates(predict_upload(client, ui.tab, path), ui.outputs)
 
 
@@ -134,7 +142,7 @@ def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
     the same event, so no tab select of its own follows), and its view."""
     path = str(ui.tab.look.examples[index])
     upload_in_view = {ui.inputs.tabs: gr.Tabs(selected=upload_tab_id(ui.tab))} if ui.inputs.tabs else {}
-    return {**upload_in_view, ui.inputs.upload: path, **answer_upload(client, ui, path)}
+    return {**upload_in_view, ui.inputs.upload: path, **updates(predict_upload(client, ui.tab, path), ui.outputs)}
 
 
 def follow_up(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, *deltas: float) -> dict:

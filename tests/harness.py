@@ -25,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 BOUNDARY = "capsnet-bench-boundary"
 MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"  # the Content-Type of multipart()'s bodies
+# A 7 as drawing apps export it: black ink whose strokes are held in the alpha channel of a 280x280 PNG
+TRANSPARENT_SEVEN = REPO / "tests" / "fixtures" / "robustness" / "transparent" / "transparent-03213-7.png"
 
 
 def free_port() -> int:

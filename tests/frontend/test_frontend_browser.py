@@ -23,6 +23,7 @@ from PIL import Image
 
 from frontend.tabs import EXAMPLES, FASHION_EXAMPLES, PAIR_EXAMPLES
 from model.contract import AFFINE_SIZE, IMAGE_SIZE, MULTIMNIST_SIZE
+from tests.harness import TRANSPARENT_SEVEN
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -353,7 +354,7 @@ def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo
     """A person opens the Upload tab and picks a file (a test digit as a 280x280 scan, dark ink on white
     paper); its answer shows, and after a pause the routing maps and Fig. 4 follow; the upload's clear
     button brings the prompt back, after a picked example too (whose clear event can still carry the
-    example's file)."""
+    example's file). Then a transparent PNG and a file that is no image, each answered in words."""
     from playwright.sync_api import expect
 
     images, labels = mnist_fixture
@@ -374,6 +375,16 @@ def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo
     expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
     page.locator("#upload").get_by_role("button", name="Remove Image").click()
     expect(page.locator("#status")).to_contain_text("Draw a digit")
+    # A drawing app's export (black ink held in the alpha of a transparent PNG) reads as its digit, and a file
+    # that is no image gets the API's sentence, with no "Error" from the page on any panel
+    page.locator("#upload input[type=file]").set_input_files(TRANSPARENT_SEVEN)
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
+    page.locator("#upload").get_by_role("button", name="Remove Image").click()
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_text("this is not a picture")
+    page.locator("#upload input[type=file]").set_input_files(not_an_image)
+    expect(page.locator("#status")).to_contain_text("the file is not a readable PNG, JPEG, BMP, GIF or WebP image")
+    expect(page.get_by_text("Error", exact=True)).to_have_count(0)
 
 
 # --- drawing as people do: several strokes at a person's pace, Predict at once or after a pause ----------

@@ -6,6 +6,7 @@ from PIL import Image
 
 from frontend.client import ApiClient
 from frontend.tabs import EXAMPLES
+from tests.harness import TRANSPARENT_SEVEN
 
 
 def grey(path: str) -> np.ndarray:
@@ -29,3 +30,18 @@ def test_the_demo_answers_through_gradio_client(demo_url, api_url):
     served = {entry["name"]: entry for entry in ApiClient(api_url, timeout_s=30.0).models()["models"]}
     assert "**mnist**" in footer and f"`{served['mnist']['version']}`" in footer  # the graph that answered
     assert demo.predict(api_name="/model") == footer  # the page's footer on load: the first tab's model
+
+
+def test_an_upload_reaches_the_api_as_it_was_sent(demo_url, tmp_path):
+    """The upload's file goes to the API untouched: a transparent PNG whose ink is in its alpha reads as its
+    digit (converted to RGB on the way it would be a black square: "no ink was found"), and a file that is
+    not an image gets the API's sentence as the status, not an error from the page."""
+    demo = Client(demo_url, verbose=False)
+    assert Image.open(TRANSPARENT_SEVEN).convert("RGB").getextrema() == ((0, 0),) * 3  # its ink is in alpha only
+    status, *_ = demo.predict(handle_file(str(TRANSPARENT_SEVEN)), api_name="/predict_upload")
+    assert status.startswith("## Prediction: **7**"), status
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_text("this is not a picture")
+    status, seen, reconstruction, *_ = demo.predict(handle_file(str(not_an_image)), api_name="/predict_upload")
+    assert status == "⚠️ the file is not a readable PNG, JPEG, BMP, GIF or WebP image", status
+    assert seen is None and reconstruction is None
