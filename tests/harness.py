@@ -25,8 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 BOUNDARY = "capsnet-bench-boundary"
 MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"  # the Content-Type of multipart()'s bodies
+REAL_WORLD = REPO / "tests" / "fixtures" / "robustness"  # six pictures of each kind of benchmarks/robustness.py
 # A 7 as drawing apps export it: black ink whose strokes are held in the alpha channel of a 280x280 PNG
-TRANSPARENT_SEVEN = REPO / "tests" / "fixtures" / "robustness" / "transparent" / "transparent-03213-7.png"
+TRANSPARENT_SEVEN = REAL_WORLD / "transparent" / "transparent-03213-7.png"
 
 
 def free_port() -> int:

@@ -44,6 +44,10 @@ MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for t
 # + 10 = 45 px, over half its box and 2.25 times MNIST's widest (20 px), is a blob (a dot, a filled shape),
 # left as it is; this also bounds the erosion's cost, which grows with the disk's area
 MAX_THINNING = NORM_BOX / 4
+BLOB = (
+    "the ink is a blob, its strokes as wide as half of it (a dot, a filled shape, or a digit too small "
+    "for its pen): draw it larger or with a finer pen"
+)
 
 
 def stroke_width(ink: np.ndarray) -> float:
@@ -95,6 +99,20 @@ def measured_stroke(ink: np.ndarray, side: float) -> tuple[np.ndarray, float]:
     return x, stroke_width(x)
 
 
+def radius_to_median(width: float, share: float = 1.0) -> float:
+    """The radius (px at NORM_BOX) of the disk that erodes or dilates strokes `width` px wide to MNIST's
+    median: r solves (w -+ 2r) / (S -+ 2r) = median (normalise_stroke; `share` as there)."""
+    target = contract.STROKE_MEDIAN * share
+    return abs(width - target * NORM_BOX) / (2 * (1 - target))
+
+
+def is_blob(width: float, share: float = 1.0) -> bool:
+    """Whether strokes `width` px wide at NORM_BOX make a blob rather than a pen's strokes: a dot, a filled
+    shape, a digit drawn small with a broad pen. Thinning them to MNIST's median would take a disk wider
+    than MAX_THINNING (strokes over 45 of 80 px), so normalise_stroke leaves them as they are."""
+    return width > NORM_BOX * contract.STROKE_RANGE[1] * share and radius_to_median(width, share) > MAX_THINNING
+
+
 def normalise_stroke(
     ink: np.ndarray, side: float, share: float = 1.0, measured: tuple[np.ndarray, float] | None = None
 ) -> np.ndarray:
@@ -102,18 +120,17 @@ def normalise_stroke(
     by grey morphology with a disk to MNIST's median width, at NORM_BOX px, when they lie outside
     MNIST's range (contract.STROKE_RANGE); a digit within the range comes back as it was.
 
-    The disk's radius r solves (w -+ 2r) / (S -+ 2r) = median: eroding or dilating also shrinks or
-    grows the digit's box S, which fit_and_centre scales back to its ink box. `share`: one digit's
+    The disk's radius is radius_to_median's: eroding or dilating also shrinks or grows the digit's box,
+    which fit_and_centre scales back to its ink box; a blob (is_blob) is left as it is. `share`: one digit's
     box over the ink's (MNIST's 20 px over a pair's 23), since the widths are fractions of a digit.
     `measured`: measured_stroke(ink, side), when it is known already (a pair's five boxes share it).
     """
     x, width = measured or measured_stroke(ink, side)
-    target = contract.STROKE_MEDIAN * share
     low, high = (NORM_BOX * f * share for f in contract.STROKE_RANGE)
-    radius = abs(width - target * NORM_BOX) / (2 * (1 - target))
+    radius = radius_to_median(width, share)
     if width > high:
-        if radius > MAX_THINNING:
-            return ink  # a blob, no pen's stroke
+        if is_blob(width, share):
+            return ink
         thinner = eroded(x, radius)
         return thinner if thinner.any() else ink  # a solid shape no stroke is as wide as: left as it is
     if 0 < width < low:
@@ -236,6 +253,8 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
         return Prepared(fit_and_centre(ink, None, size), notes)
     # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
     measured = measured_stroke(ink, side)
+    if is_blob(measured[1], contract.INK_BOX / boxes[0]):
+        notes.append(BLOB)
     fitted = np.stack(
         [fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box, measured), box, size) for box in boxes]
     )

@@ -14,7 +14,7 @@ from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, 
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
 from model import contract
-from tests.harness import encode
+from tests.harness import REAL_WORLD, encode
 
 MAX_PIXELS = 40_000_000
 
@@ -574,4 +574,18 @@ def test_a_dot_or_a_filled_square_is_not_thinned(monkeypatch):
     for picture in (dot, square):
         prepared = digit.prepare(Image.fromarray(picture), contract.IMAGE_SIZE, contract.INK_BOX)
         assert prepared.image.max() == 1.0
+        assert prepared.warnings == [digit.BLOB]  # and the person is told why it reads as it does
     assert radii == []
+
+
+def test_only_a_blob_is_warned_of(mnist_fixture):
+    """A digit drawn small with a broad pen (a short bar, as wide as a third of its length) is a blob, warned
+    of; no MNIST digit is, nor any of the real-world fixtures, the markers' among them."""
+    small_one = np.zeros((400, 400), np.uint8)
+    small_one[20:64, 20:48] = 255  # a 1 of 16 px drawn with the pad's 28 px pen: 44 x 28 px of ink
+    assert digit.prepare(Image.fromarray(small_one), contract.IMAGE_SIZE, contract.INK_BOX).warnings == [digit.BLOB]
+    images, _ = mnist_fixture
+    for picture in [Image.fromarray(x) for x in images[:200]] + [
+        Image.open(path) for path in sorted(REAL_WORLD.glob("*/*"))
+    ]:
+        assert digit.BLOB not in digit.prepare(picture, contract.IMAGE_SIZE, contract.INK_BOX).warnings

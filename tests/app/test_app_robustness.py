@@ -3,11 +3,11 @@
 seed 0, the first 6 images of each kind, photos at 384x288)."""
 
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "robustness"
+from tests.harness import REAL_WORLD
+
 # Floors for the sample: every photo, 5 of the 6 low-resolution digits (an 8 shrunk to 8x8 is read as 4)
 # and 95% of all (a DejaVu Sans "1" with a foot is read as 7).
 FLOORS = {"photo": 1.0, "lowres": 5 / 6}
@@ -18,7 +18,7 @@ OVERALL = 0.95
 def answers(client) -> dict[str, list[tuple[str, int, int]]]:
     """kind -> (file, label, prediction) for every image of the sample (label: the name's last part)."""
     by_kind = defaultdict(list)
-    for path in sorted(SAMPLE.glob("*/*")):
+    for path in sorted(REAL_WORLD.glob("*/*")):
         label = int(path.stem.rsplit("-", 1)[1])
         r = client.post("/predict", params={"include": ""}, files={"file": (path.name, path.read_bytes())})
         assert r.status_code == 200, (path.name, r.text)
