@@ -22,6 +22,7 @@ CSS = """
 .status { min-height: 4.5em; }
 .pixels img { image-rendering: pixelated; }
 .upload .image-frame img { object-fit: contain; }
+.figure .image-container { padding-top: 32px; }  /* its buttons (fullscreen, download) above it, not over it */
 """
 
 
@@ -126,7 +127,12 @@ def routing_column(tab: Tab) -> RoutingColumn:
         "agrees with (Procedure 1), most of all those of a few children."
     )
     maps = gr.Image(
-        label="Routing maps", format="png", show_label=False, buttons=["fullscreen"], elem_id=f"{tab.prefix}routing"
+        label="Routing maps",
+        format="png",
+        show_label=False,
+        buttons=["fullscreen"],
+        elem_id=f"{tab.prefix}routing",
+        elem_classes="figure",
     )
     iteration = gr.Slider(
         1, 3, value=3, step=1, label="Routing iteration r", visible=False, elem_id=f"{tab.prefix}iteration"
@@ -190,6 +196,7 @@ def perturbation_panel(tab: Tab) -> Panel:
                 show_label=False,
                 buttons=["fullscreen", "download"],
                 elem_id=f"{p}grid",
+                elem_classes="figure",
             )
     return Panel(digit, reset, sliders, perturbed, grid)
 
@@ -277,6 +284,7 @@ def transform_panel(tab: Tab) -> TransformPanel:
                     format="png",
                     buttons=["fullscreen"],
                     elem_id=f"{p}transform-dimensions",
+                    elem_classes="figure",
                 )
     return TransformPanel(
         accordion, transform, value, status, pictures, lengths, dimensions, gr.State(None), gr.State(False)

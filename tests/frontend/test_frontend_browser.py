@@ -145,6 +145,17 @@ def fills_its_box(page, prefix: str) -> None:
     assert side > 0.8 * box, f"the example shows {side} px a side in a box of {box}"
 
 
+def buttons_clear_of_picture(page, elem_id: str) -> None:
+    """The figure's buttons (fullscreen, download) sit above its picture, not over a corner of it (where Fig. 4
+    has its +0.25 column and the dimension charts a label)."""
+    figure = page.locator(f"#{elem_id}")
+    figure.scroll_into_view_if_needed()
+    picture = figure.locator("img").bounding_box()
+    for button in figure.locator("button[aria-label]").all():
+        box, name = button.bounding_box(), button.get_attribute("aria-label")
+        assert box["y"] + box["height"] <= picture["y"], f"{elem_id}: its {name} button is over it"
+
+
 def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
@@ -173,6 +184,9 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     )
     expect(page.locator("#dim-0 input[type=number]")).to_have_value("0.25")
     expect(perturbed).not_to_have_attribute("src", before)
+    expect(page.locator("#grid img")).to_be_visible()
+    for figure in ("routing", "grid"):
+        buttons_clear_of_picture(page, figure)
 
     screenshot(page, tmp_path / "demo.png")
 
@@ -204,6 +218,7 @@ def test_transform_a_drawn_digit_and_watch_its_capsule(page, made_demo_url, tmp_
     expect(status).to_contain_text("Rotate 30°")
     expect(turned).not_to_have_attribute("src", before)
     expect(page.locator("#transform-dimensions img")).to_be_visible()
+    buttons_clear_of_picture(page, "transform-dimensions")
     screenshot(page, tmp_path / "demo_transform.png", page.locator("#transform"))
 
     page.locator("#transform-kind").get_by_text("Scale").click()
