@@ -328,7 +328,7 @@ def model_tab(tab: Tab, footer: gr.Markdown) -> TabUI:
                 shown_inputs = inputs(tab)
             with gr.Column(scale=5, min_width=360):
                 status, pictures, lengths = answer_column(tab)
-            with gr.Column(scale=4, min_width=360):
+            with gr.Column(scale=4, min_width=360, elem_id=f"{tab.prefix}routing-column"):
                 routing = routing_column(tab)
         panel = perturbation_panel(tab)
         transform = transform_panel(tab)

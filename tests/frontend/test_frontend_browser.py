@@ -78,6 +78,22 @@ def screenshot(page, path: Path, part=None) -> None:
         page.screenshot(path=path, full_page=True)
     else:
         part.screenshot(path=path)
+    keep(path)
+
+
+def side_by_side(shots: list[bytes], path: Path, gap: int = 20) -> None:
+    """PNG screenshots in a row on white, to `path` (and docs/, as screenshot())."""
+    pictures = [Image.open(io.BytesIO(shot)).convert("RGB") for shot in shots]
+    row = Image.new(
+        "RGB", (sum(p.width for p in pictures) + gap * (len(pictures) - 1), max(p.height for p in pictures)), "white"
+    )
+    for k, picture in enumerate(pictures):
+        row.paste(picture, (sum(p.width + gap for p in pictures[:k]), 0))
+    row.save(path)
+    keep(path)
+
+
+def keep(path: Path) -> None:
     assert path.stat().st_size > 10_000
     if os.environ.get("CAPSNET_SCREENSHOT"):
         DOCS.mkdir(exist_ok=True)
@@ -229,14 +245,15 @@ def test_transform_a_drawn_digit_and_watch_its_capsule(page, made_demo_url, tmp_
     expect(status).to_contain_text("following the 1 capsule")
 
 
-def test_step_through_the_routing_iterations(page, made_demo_url):
+def test_step_through_the_routing_iterations(page, made_demo_url, tmp_path):
     """A person picks an example and steps the routing back to its first iteration: the maps change and
-    the words say each child splits its vote evenly; back at the last, they show agreement."""
+    the words say each child splits its vote evenly; back at the last, they show agreement. The routing
+    column at both is docs/demo_routing.png."""
     from playwright.sync_api import expect
 
     open_demo(page, made_demo_url)
-    pick_example(page, "Digit", "", next(p for p in EXAMPLES if p.name.startswith("3_")))
-    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?3"))
+    pick_example(page, "Digit", "", next(p for p in EXAMPLES if p.name.startswith("7_")))
+    expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
     change = page.locator("#iteration-change")
     expect(change).to_contain_text("Iteration 3 of 3")
     maps = page.locator("#routing img")
@@ -247,8 +264,12 @@ def test_step_through_the_routing_iterations(page, made_demo_url):
     expect(change).to_contain_text("Iteration 1 of 3")
     expect(change).to_contain_text("1/10")
     expect(maps).not_to_have_attribute("src", last)
+    column = page.locator("#routing-column")
+    first = column.screenshot()
     page.keyboard.press("End")
     expect(change).to_contain_text("Iteration 3 of 3")
+    expect(maps).to_have_attribute("src", last)
+    side_by_side([first, column.screenshot()], tmp_path / "demo_routing.png")
 
 
 def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_path):
