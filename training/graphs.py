@@ -8,6 +8,8 @@ weights back into PyTorch; compare_graphs measures two graphs against each other
 
 import hashlib
 import json
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,9 @@ from model.capsnet import CapsNet, CapsNetConfig, capsule_length, mask_capsules
 OPSET = 18
 PARITY_BATCHES = (1, 7, 64)
 PARITY_TOL = 1e-4
+# The exporter warns at each export that torchvision's detection ops (nms, roi_align, ...) are skipped
+# when torchvision is not installed: a CapsNet uses none of them
+logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
 
 
 class ExportedCapsNet(nn.Module):
@@ -76,19 +81,42 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
     # NOTE optimize=False: onnxscript's optimizer folds `x + 1e-8` away, dropping the epsilon inside
     # the square roots of squash and of the length (lengths then differ from PyTorch by up to
     # sqrt(eps) = 1e-4 and a zero capsule gives NaN). ONNX Runtime optimises the graph at load anyway.
-    program = torch.onnx.export(
-        module,
-        (example,),
-        dynamo=True,
-        opset_version=OPSET,
-        input_names=list(inputs),
-        output_names=list(outputs),
-        dynamic_shapes=({0: batch},),
-        optimize=False,
-        verbose=False,
-    )
+    with warnings.catch_warnings():  # torch.export's own use of an API it deprecates, not ours
+        warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+        program = torch.onnx.export(
+            module,
+            (example,),
+            dynamo=True,
+            opset_version=OPSET,
+            input_names=list(inputs),
+            output_names=list(outputs),
+            dynamic_shapes=({0: batch},),
+            optimize=False,
+            verbose=False,
+        )
     assert program is not None  # dynamo=True returns the ONNXProgram (only the TorchScript exporter returns None)
     program.save(str(path))
+
+
+def casts_for_castlikes(path: Path) -> int:
+    """Rewrite each CastLike(x, like) of the graph whose `like` has a type shape inference knows as Cast(x,
+    to=that type), the same operation: the exporter writes a few, which ONNX Runtime can neither run on
+    its CPU provider at load nor fold (a warning each, at every session). Returns how many it rewrote."""
+    graph = onnx.load(str(path))
+    inferred = onnx.shape_inference.infer_shapes(graph).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.value_info, *inferred.input, *inferred.output]}
+    types.update({t.name: t.data_type for t in graph.graph.initializer})
+    rewritten = 0
+    for k, node in enumerate(graph.graph.node):
+        if node.op_type == "CastLike" and types.get(node.input[1]):
+            cast = onnx.helper.make_node(
+                "Cast", [node.input[0]], list(node.output), name=node.name, to=types[node.input[1]]
+            )
+            graph.graph.node[k].CopyFrom(cast)
+            rewritten += 1
+    if rewritten:
+        onnx.save(graph, str(path))
+    return rewritten
 
 
 def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
@@ -118,8 +146,9 @@ def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:
 
 
 def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
-    """Write capsnet.onnx and decoder.onnx (example batch of 2 so no axis is specialised to 1), their
-    weights stored as fp16 where that is lossless (store_fp16_if_lossless)."""
+    """Write capsnet.onnx and decoder.onnx (example batch of 2 so no axis is specialised to 1), with Casts
+    for the exporter's CastLikes (casts_for_castlikes) and their weights stored as fp16 where that is
+    lossless (store_fp16_if_lossless)."""
     model = model.eval().cpu()
     model = model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]  # stub omits memory_format
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -136,6 +165,7 @@ def export(model: CapsNet, out_dir: Path) -> tuple[Path, Path]:
             contract.DECODER_OUTPUTS,
         )
     for path in (capsnet_path, decoder_path):
+        casts_for_castlikes(path)
         store_fp16_if_lossless(path)
     return capsnet_path, decoder_path
 

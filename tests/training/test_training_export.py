@@ -189,6 +189,18 @@ def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_pat
 
 
 @pytest.mark.slow
+def test_the_graphs_load_without_a_warning(exported, capfd):
+    """The exporter's CastLikes are written as Casts: ONNX Runtime warned twice of each at every session
+    it opened ("Could not find a CPU kernel and hence can't constant fold CastLike node")."""
+    import onnx
+
+    for path in exported[1:]:
+        assert "CastLike" not in {node.op_type for node in onnx.load(str(path)).graph.node}
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])  # ONNX Runtime's default: warnings
+    assert "CastLike" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
 def test_dynamic_routing_exports_as_matmuls(exported):
     """Procedure 1 reaches ONNX as MatMul nodes: ONNX Runtime's CPU Einsum took most of the routing's time."""
     import onnx
