@@ -225,8 +225,8 @@ class PredictResponse(BaseModel):
     )
     warnings: list[str] = Field(
         description="sentences about an unusual input or a doubtful answer (very low "
-        "contrast, several shapes, no capsule longer than m- = 0.1, a runner-up "
-        "above 0.5); empty when there is nothing to say",
+        "contrast, other shapes left out, a blob rather than strokes, no capsule longer than "
+        "m- = 0.1, a runner-up above 0.5); empty when there is nothing to say",
         examples=[
             [
                 "very low contrast: the ink differs from the paper by 0.12 of the full range; "

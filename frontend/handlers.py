@@ -18,6 +18,7 @@ from frontend.tabs import Tab
 from frontend.views import View, footer_text, message_view, picked, routing_maps, updates
 from model.contract import CAPSULE_DIM, PERTURB_LIMIT, PERTURB_STEP
 
+NO_FILE = "⚠️ The upload arrived without its file; upload the image as a file."
 # The paper's Fig. 4 perturbations: -0.25, -0.20, ..., +0.25 (11 steps of 0.05).
 OFFSETS = np.linspace(-PERTURB_LIMIT, PERTURB_LIMIT, round(2 * PERTURB_LIMIT / PERTURB_STEP) + 1)
 
@@ -121,14 +122,20 @@ def answer_drawing(client: ApiClient, ui: TabUI, drawing: str | None) -> dict:
 
 
 def answer_upload(client: ApiClient, ui: TabUI, upload: dict[str, Any] | None) -> dict:
-    """The view of an uploaded file, as Gradio stored it (`upload`: its FileData, {"path": ...}).
+    """The view of an uploaded file as Gradio stored it (`upload`: its ImageData, as a dict; None: nothing).
 
     The upload's events skip Gradio's preprocessing (frontend/events.py), which would open the file with
     Pillow and convert it to RGB: a transparent PNG's ink, held in its alpha over black pixels, would reach
     the API as a black square, and a file that is not an image would fail in Gradio with no sentence. The
     file goes to the API as it was sent, which reads it or says why not. Gradio has checked that the path
-    is one of its uploads before the handler runs."""
-    path = upload.get("path") if upload else None
+    is one of its uploads before the handler runs; an event sent by hand without one (a data URL) is told
+    to send a file."""
+    if upload is not None and not upload.get("path"):
+        return updates(message_view(ui.tab.view, NO_FILE), ui.outputs)
+    return answer_path(client, ui, upload["path"] if upload else None)
+
+
+def answer_path(client: ApiClient, ui: TabUI, path: str | None) -> dict:
     return updates(predict_upload(client, ui.tab, path), ui.outputs)
 
 
@@ -142,7 +149,7 @@ def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
     the same event, so no tab select of its own follows), and its view."""
     path = str(ui.tab.look.examples[index])
     upload_in_view = {ui.inputs.tabs: gr.Tabs(selected=upload_tab_id(ui.tab))} if ui.inputs.tabs else {}
-    return {**upload_in_view, ui.inputs.upload: path, **updates(predict_upload(client, ui.tab, path), ui.outputs)}
+    return {**upload_in_view, ui.inputs.upload: path, **answer_path(client, ui, path)}
 
 
 def follow_up(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, *deltas: float) -> dict:

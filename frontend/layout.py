@@ -64,7 +64,7 @@ class Inputs(NamedTuple):
 def inputs(tab: Tab) -> Inputs:
     look, p = tab.look, tab.prefix
     upload = gr.Image(
-        type="filepath",
+        type="filepath",  # what its API page says the value is; its events take it unopened (handlers.answer_upload)
         sources=["upload", "clipboard"],
         label=f"An image of {look.subject}",
         height=360,

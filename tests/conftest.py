@@ -1,4 +1,4 @@
-"""Shared fixtures: the committed MNIST slice, the repository paths and the real API served on
+"""Shared fixtures: the committed MNIST slice and the real API served on
 loopback (app.main.create_app with every shipped model on CPU, uvicorn in a thread on a free port,
 waited on until /ready). The session has one app and loads its models once: tests/app's in-process
 client talks to the same app object as the server. No network beyond 127.0.0.1, no ../shared."""
@@ -14,10 +14,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from tests.harness import free_port
-
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "fixtures"
+from tests.harness import FIXTURES, free_port
 
 
 @pytest.fixture(scope="session")

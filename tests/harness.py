@@ -25,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 BOUNDARY = "capsnet-bench-boundary"
 MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"  # the Content-Type of multipart()'s bodies
-REAL_WORLD = REPO / "tests" / "fixtures" / "robustness"  # six pictures of each kind of benchmarks/robustness.py
+FIXTURES = REPO / "tests" / "fixtures"
+REAL_WORLD = FIXTURES / "robustness"  # six pictures of each kind of benchmarks/robustness.py
 # A 7 as drawing apps export it: black ink whose strokes are held in the alpha channel of a 280x280 PNG
 TRANSPARENT_SEVEN = REAL_WORLD / "transparent" / "transparent-03213-7.png"
 
@@ -92,7 +93,7 @@ def encode(image: Image.Image | np.ndarray, fmt: str = "PNG", **save_args) -> by
 
 def digit_png() -> bytes:
     """The first MNIST test digit of the fixture, as a PNG (the request the serving tests and benchmarks send)."""
-    with np.load(REPO / "tests" / "fixtures" / "mnist_test_1000.npz") as f:
+    with np.load(FIXTURES / "mnist_test_1000.npz") as f:
         return encode(f["images"][0])
 
 

@@ -98,25 +98,24 @@ def _export(module: nn.Module, example: torch.Tensor, path: Path, inputs, output
     program.save(str(path))
 
 
-def casts_for_castlikes(path: Path) -> int:
+def casts_for_castlikes(path: Path) -> None:
     """Rewrite each CastLike(x, like) of the graph whose `like` has a type shape inference knows as Cast(x,
     to=that type), the same operation: the exporter writes a few, which ONNX Runtime can neither run on
-    its CPU provider at load nor fold (a warning each, at every session). Returns how many it rewrote."""
+    its CPU provider at load nor fold (a warning each, at every session); Casts it folds."""
     graph = onnx.load(str(path))
     inferred = onnx.shape_inference.infer_shapes(graph).graph
     types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.value_info, *inferred.input, *inferred.output]}
     types.update({t.name: t.data_type for t in graph.graph.initializer})
-    rewritten = 0
+    rewritten = False
     for k, node in enumerate(graph.graph.node):
         if node.op_type == "CastLike" and types.get(node.input[1]):
             cast = onnx.helper.make_node(
                 "Cast", [node.input[0]], list(node.output), name=node.name, to=types[node.input[1]]
             )
             graph.graph.node[k].CopyFrom(cast)
-            rewritten += 1
+            rewritten = True
     if rewritten:
         onnx.save(graph, str(path))
-    return rewritten
 
 
 def store_fp16_if_lossless(path: Path, min_size: int = 1024) -> bool:

@@ -45,7 +45,7 @@ MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for t
 # left as it is; this also bounds the erosion's cost, which grows with the disk's area
 MAX_THINNING = NORM_BOX / 4
 BLOB = (
-    "the ink is a blob, its strokes as wide as half of it (a dot, a filled shape, or a digit too small "
+    "the ink is a blob, its strokes wider than half of it (a dot, a filled shape, or a digit too small "
     "for its pen): draw it larger or with a finer pen"
 )
 
@@ -253,7 +253,7 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
         return Prepared(fit_and_centre(ink, None, size), notes)
     # share: one digit's box over the whole ink's, since MNIST's stroke widths are fractions of one digit
     measured = measured_stroke(ink, side)
-    if is_blob(measured[1], contract.INK_BOX / boxes[0]):
+    if is_blob(measured[1], contract.INK_BOX / boxes[0]):  # of the input answered, the first box's
         notes.append(BLOB)
     fitted = np.stack(
         [fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box, measured), box, size) for box in boxes]

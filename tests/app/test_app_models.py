@@ -15,8 +15,7 @@ from app import imaging
 from app.imaging.render import OVERLAY_INPUT
 from app.routes.models import dimension_labels
 from model import contract
-from tests.conftest import FIXTURES
-from tests.harness import encode
+from tests.harness import FIXTURES, encode
 
 SIZES = {"mnist": 28, "fashion-mnist": 28, "multimnist": 36, "affine": 40}
 # Of the 12 fixture images per model, how many must be read right: the cards say 99.6% (mnist), 93.2%

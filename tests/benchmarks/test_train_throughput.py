@@ -9,7 +9,7 @@ from benchmarks import public_capsnet
 from benchmarks import train_throughput as tt
 from model.capsnet import CapsNet, CapsNetConfig
 from model.routing import dynamic_routing
-from tests.conftest import FIXTURES
+from tests.harness import FIXTURES
 
 
 def test_one_sync_per_timed_span_not_per_step(monkeypatch):

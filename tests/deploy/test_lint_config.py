@@ -4,7 +4,7 @@ import re
 
 import yaml
 
-from tests.conftest import REPO
+from tests.harness import REPO
 
 
 def lint_commands() -> list[str]:

@@ -14,8 +14,7 @@ import pytest
 from frontend.app import launch
 from frontend.client import ApiClient
 from frontend.settings import DemoSettings
-from tests.conftest import REPO
-from tests.harness import free_port
+from tests.harness import REPO, free_port
 
 MAKE_DEMO_TIMEOUT_S = 180.0  # every shipped model loaded and warmed, on a busy 2-core CI machine
 

@@ -6,7 +6,8 @@ finger. Screenshots are saved.
 
 Uses Debian's chromium (/usr/bin/chromium) through Playwright, never Playwright's own browsers.
 CAPSNET_SCREENSHOT=1 also writes the docs' screenshots: the Digit tab's to docs/demo.png (the README shows
-it), the Transform panel's to docs/demo_transform.png and the Two digits tab's to docs/demo_pairs.png.
+it), the Transform panel's to docs/demo_transform.png, the routing column at its first and last iteration
+to docs/demo_routing.png and the Two digits tab's to docs/demo_pairs.png.
 """
 
 import io
@@ -23,7 +24,7 @@ from PIL import Image
 
 from frontend.tabs import EXAMPLES, FASHION_EXAMPLES, PAIR_EXAMPLES
 from model.contract import AFFINE_SIZE, IMAGE_SIZE, MULTIMNIST_SIZE
-from tests.harness import TRANSPARENT_SEVEN
+from tests.harness import REPO, TRANSPARENT_SEVEN
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -35,7 +36,7 @@ FLAGS = [
     "--no-first-run",
 ]
 TIMEOUT_MS = 30_000
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = REPO / "docs"
 
 pytestmark = pytest.mark.browser
 
@@ -94,6 +95,7 @@ def side_by_side(shots: list[bytes], path: Path, gap: int = 20) -> None:
 
 
 def keep(path: Path) -> None:
+    """A screenshot written to `path` is one (not a blank page), and with CAPSNET_SCREENSHOT=1 goes to docs/."""
     assert path.stat().st_size > 10_000
     if os.environ.get("CAPSNET_SCREENSHOT"):
         DOCS.mkdir(exist_ok=True)
@@ -166,8 +168,9 @@ def buttons_clear_of_picture(page, elem_id: str) -> None:
     has its +0.25 column and the dimension charts a label)."""
     figure = page.locator(f"#{elem_id}")
     figure.scroll_into_view_if_needed()
-    picture = figure.locator("img").bounding_box()
-    for button in figure.locator("button[aria-label]").all():
+    picture, buttons = figure.locator("img").bounding_box(), figure.locator("button[aria-label]").all()
+    assert buttons, f"{elem_id} has no buttons"
+    for button in buttons:
         box, name = button.bounding_box(), button.get_attribute("aria-label")
         assert box["y"] + box["height"] <= picture["y"], f"{elem_id}: its {name} button is over it"
 
@@ -264,6 +267,7 @@ def test_step_through_the_routing_iterations(page, made_demo_url, tmp_path):
     expect(change).to_contain_text("Iteration 1 of 3")
     expect(change).to_contain_text("1/10")
     expect(maps).not_to_have_attribute("src", last)
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=maps.element_handle())
     column = page.locator("#routing-column")
     first = column.screenshot()
     page.keyboard.press("End")

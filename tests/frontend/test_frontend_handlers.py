@@ -20,8 +20,10 @@ from frontend import layout, plots
 from frontend.app import build_demo
 from frontend.client import ApiClient, ApiUnreachable, served_models
 from frontend.handlers import (
+    NO_FILE,
     OFFSETS,
     answer_example,
+    answer_upload,
     fig4,
     fig4_tiles,
     follow_up,
@@ -342,6 +344,21 @@ def test_an_example_is_shown_in_the_upload_and_answered(client, uis):
     seven = answer_example(client, uis["mnist"], 7)
     assert Path(seven[uis["mnist"].inputs.upload]).name.startswith("7_")
     assert seven[uis["mnist"].status].startswith("## Prediction: **7**") and seven[uis["mnist"].panel.digit] == 7
+
+
+def test_an_upload_is_answered_from_its_file_as_gradio_stored_it(client, uis, tmp_path):
+    """The upload's events hand the handler Gradio's record of the file (not opened): its path is read and
+    sent; no upload is the prompt; a record without a file (a data URL sent to the event by hand) is told
+    to send one."""
+    ui = uis["mnist"]
+    seven = tmp_path / "seven.png"
+    seven.write_bytes(EXAMPLES[7].read_bytes())
+    answered = answer_upload(client, ui, {"path": str(seven), "url": None, "orig_name": "seven.png"})
+    assert answered[ui.status].startswith("## Prediction: **7**")
+    assert answer_upload(client, ui, None)[ui.status] == ui.tab.look.prompt
+    data_url = {"path": None, "url": "data:image/png;base64," + base64.b64encode(seven.read_bytes()).decode()}
+    refused = answer_upload(client, ui, data_url)
+    assert refused[ui.status] == NO_FILE and refused[ANSWER] is None
 
 
 # Digits as a mouse draws them: polylines (x, y) on the 400 px canvas, 250 px tall.

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from model import contract
-from tests.conftest import REPO
+from tests.harness import REPO
 
 
 def test_contract_imports_without_torch():

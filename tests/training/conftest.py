@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.harness import FIXTURES
 from training import data
 
 

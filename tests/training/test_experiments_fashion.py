@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from model import contract
-from tests.conftest import FIXTURES
+from tests.harness import FIXTURES
 from training.evaluate import evaluate_onnx
 from training.experiments import common, fashion
 from training.graphs import sha256

@@ -15,7 +15,7 @@ import torch
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
-from tests.conftest import FIXTURES
+from tests.harness import FIXTURES
 from training import data, pairs
 from training.experiments import common
 from training.experiments import multimnist as mm

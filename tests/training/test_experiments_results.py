@@ -3,7 +3,7 @@
 import json
 import shutil
 
-from tests.conftest import REPO
+from tests.harness import REPO
 from training.experiments import common, results
 
 

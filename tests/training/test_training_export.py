@@ -190,8 +190,8 @@ def test_weights_are_stored_as_fp16_only_when_that_is_lossless(exported, tmp_pat
 
 @pytest.mark.slow
 def test_the_graphs_load_without_a_warning(exported, capfd):
-    """The exporter's CastLikes are written as Casts: ONNX Runtime warned twice of each at every session
-    it opened ("Could not find a CPU kernel and hence can't constant fold CastLike node")."""
+    """The exporter's CastLikes are written as Casts, which ONNX Runtime folds; of a CastLike it warns
+    twice at every session ("Could not find a CPU kernel and hence can't constant fold CastLike node")."""
     import onnx
 
     for path in exported[1:]:

@@ -18,8 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import contract
 from model.capsnet import CapsNet, CapsNetConfig, DigitCaps
-from tests.conftest import REPO
-from tests.harness import free_port
+from tests.harness import REPO, free_port
 from training import config as tc
 from training import data, fit, train
 from training.cards import model_card
