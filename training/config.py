@@ -21,6 +21,8 @@ class TrainConfig:
     dataset: str = "mnist"  # one of data.DATASETS; MultiMNIST and the affine set are made of MNIST
     data_dir: str | None = None  # IDX files; None: data/<dataset>, fetched if empty
     max_shift: int = 2  # random shift in pixels, each direction (section 5: 2)
+    pair_shift: int = 4  # MultiMNIST: each digit's shift in px, each direction (section 6: 4; the authors'
+    #                      released test split: 6, training.pairs)
     # optional augmentations for real-world inputs (data.Augment; not in the paper, all off by default)
     rotate: float = 0.0  # degrees, each direction
     scale: float = 0.0  # fraction, each direction

@@ -301,14 +301,16 @@ def elastic(x: torch.Tensor, alpha: float, sigma: float, generator: torch.Genera
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
 
 
-def place(digits: torch.Tensor, shifts: torch.Tensor, size: int, max_shift: int) -> torch.Tensor:
+def place(digits: torch.Tensor, shifts: torch.Tensor, size: int, max_shift: int, cut: bool = False) -> torch.Tensor:
     """Put digits (B, h, w) at the centre of a size x size canvas, moved by shifts (B, 2) = (dy, dx)
     pixels with |shift| <= max_shift; one gather for the batch. The canvas must hold the shift,
     (size - h) / 2 >= max_shift, so no ink is cut (MultiMNIST's 36x36 holds +-4 px, the affine
-    experiment's 40x40 +-6 px). The bound is the caller's, not read from shifts: no device sync."""
+    experiment's 40x40 +-6 px), unless `cut`: then what a larger shift moves past the canvas's edge is
+    cut, as the authors' mnist_shift.py does. The bound is the caller's, not read from shifts: no
+    device sync."""
     B, h, _w = digits.shape
     m, pad = max_shift, (size - h) // 2
-    if m > pad:
+    if m > pad and not cut:
         raise ValueError(f"a {size}x{size} canvas holds shifts up to {pad} px, got {m}")
     canvas = torch.nn.functional.pad(digits, (pad + m,) * 4)  # (B, size + 2m, size + 2m)
     grid = torch.arange(size, device=digits.device) + m

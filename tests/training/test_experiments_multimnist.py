@@ -83,6 +83,30 @@ def test_composite_is_the_clipped_sum_and_digits_overlap(split):
     assert overlap.float().mean() > 0.9  # 36x36 with +-4 px: the digits overlap in nearly every pair
 
 
+def released_split_part(digit: np.ndarray, dy: int, dx: int, shift: int = 6, pad: int = 4) -> np.ndarray:
+    """A digit as the authors' mnist_shift.py places it for the MultiMNIST test split (--shift=6 --pad=4):
+    padded to 36x36, padded again by shift + 1, rolled by (dy, dx), the outer padding cut off."""
+    outer = np.pad(np.pad(digit, pad), shift + 1)
+    rolled = np.roll(np.roll(outer, dy, axis=0), dx, axis=1)
+    return rolled[shift + 1 : -(shift + 1), shift + 1 : -(shift + 1)]
+
+
+def test_pairs_can_be_moved_as_the_authors_released_test_split(split):
+    """max_shift=6: each digit moved up to 6 px on the 36x36 canvas, as their generator moves it, ink that
+    leaves the frame cut; with 6 px the pairs overlap less than with the paper's 4."""
+    p = pairs.make_pairs(split, torch.arange(200), torch.Generator().manual_seed(0), pairs.RELEASED_SHIFT)
+    assert p.shifts.abs().max() == pairs.RELEASED_SHIFT
+    images = split.images[:200].numpy().reshape(200, 28, 28)
+    for k in range(200):
+        dy, dx = p.shifts[k, 0].tolist()
+        np.testing.assert_array_equal(p.parts[k, 0].numpy(), released_split_part(images[k], dy, dx) / np.float32(255))
+    cut = p.parts[:, 0].sum((1, 2)) < data.to_float(split.images[:200]).sum((1, 2, 3)) - 1e-3
+    assert cut.any()  # some ink left the frame
+    four = drawn(split, 0)
+    overlap = [((q.parts[:, 0] > 0) & (q.parts[:, 1] > 0)).sum((1, 2)).float().mean() for q in (four, p)]
+    assert overlap[1] < overlap[0]
+
+
 def test_place_refuses_shifts_that_would_cut_ink():
     with pytest.raises(ValueError, match="holds shifts up to 4"):
         data.place(torch.zeros(1, 28, 28), torch.tensor([[5, 0]]), 36, 5)

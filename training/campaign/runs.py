@@ -77,17 +77,18 @@ class PairCNNTask(multimnist.PairTask):
     def validate(self, model: nn.Module) -> dict | None:
         if len(self.val) == 0:
             return None
-        return {"acc": 1 - pair_error(model, self.val, 1, self.seed + 1) / 100}
+        return {"acc": 1 - pair_error(model, self.val, 1, self.seed + 1, self.max_shift) / 100}
 
 
 @torch.no_grad()
-def pair_error(model: nn.Module, split: data.Split, per_digit: int, seed: int) -> float:
-    """% of a split's fixed pairs (pairs.iter_pairs) whose two largest scores are not the two digits."""
+def pair_error(model: nn.Module, split: data.Split, per_digit: int, seed: int, max_shift: int) -> float:
+    """% of a split's fixed pairs (pairs.iter_pairs, each digit moved up to max_shift px) whose two largest
+    scores are not the two digits."""
     was_training = model.training
     model.eval()
     right = [
         pairs.both_right(affine.logits(model, b.images), b.labels).cpu()
-        for b in pairs.iter_pairs(split, per_digit, seed, 500)
+        for b in pairs.iter_pairs(split, per_digit, seed, 500, max_shift)
     ]
     model.train(was_training)
     return 100 * (1 - torch.cat(right).float().mean().item())
@@ -169,9 +170,9 @@ def train_and_test(
         return run, figures
     if spec.kind in ("pairs", "pairs-cnn"):
         task_class = multimnist.PairTask if spec.kind == "pairs" else PairCNNTask
-        run = fit(model, task_class(splits, config.seed, config.scale), config, log)
+        run = fit(model, task_class(splits, config.seed, config.scale, config.pair_shift), config, log)
         per_digit = 1 if smoke else TEST_PAIRS
-        error = pair_error(model, test, per_digit, config.seed + 2)
+        error = pair_error(model, test, per_digit, config.seed + 2, config.pair_shift)
         return run, {"test_error": error, "test_pairs": per_digit * len(test)}
     if spec.kind == "affine":
         run = fit(model, affine.TranslatedDigits(splits, config.seed), config, log)

@@ -64,13 +64,14 @@ class PairTask(Task):
     so the task is for one process; DistributedDataParallel only syncs through forward().
     """
 
-    def __init__(self, splits: dict[str, data.Split], seed: int, scale: float = 0.0):
+    def __init__(self, splits: dict[str, data.Split], seed: int, scale: float = 0.0, max_shift: int = MAX_SHIFT):
         self.train, self.val, self.seed, self.scale = splits["train"], splits["val"], seed, scale
+        self.max_shift = max_shift  # each digit's, px (pairs.MAX_SHIFT: the paper's; RELEASED_SHIFT)
         self.train_size = len(self.train)
         self.index = ClassIndex.of(self.train.labels)
 
     def draw(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
-        p = make_pairs(self.train, idx, generator, index=self.index)
+        p = make_pairs(self.train, idx, generator, self.max_shift, index=self.index)
         if not self.scale:
             return Batch(p.images, p.labels, p.parts)
         parts = scale_pairs(p.parts, self.scale, generator)
@@ -86,18 +87,26 @@ class PairTask(Task):
         assert isinstance(model, CapsNet)
         if len(self.val) == 0:
             return None
-        val = evaluate(model, self.val, 1, self.seed + 1)
+        val = evaluate(model, self.val, 1, self.seed + 1, max_shift=self.max_shift)
         return {"acc": 1 - val["error"] / 100, "loss": val["loss"]}
 
 
 @torch.no_grad()
-def evaluate(model: CapsNet, split: data.Split, per_digit: int = 1, seed: int = 1, batch_size: int = 250) -> dict:
-    """Error rate (%) on the fixed pairs of split, and the indices of the wrong pairs."""
+def evaluate(
+    model: CapsNet,
+    split: data.Split,
+    per_digit: int = 1,
+    seed: int = 1,
+    batch_size: int = 250,
+    max_shift: int = MAX_SHIFT,
+) -> dict:
+    """Error rate (%) on the fixed pairs of split (each digit moved up to max_shift px), and the indices of
+    the wrong pairs."""
     was_training = model.training
     model.eval()
     batches_right: list[torch.Tensor] = []
     loss_sum = 0.0
-    for batch in iter_pairs(split, per_digit, seed, batch_size):
+    for batch in iter_pairs(split, per_digit, seed, batch_size, max_shift):
         loss, lengths = pair_loss(model, batch.images, batch.parts, batch.labels)
         loss_sum += loss.item() * len(lengths)
         batches_right.append(both_right(lengths, batch.labels).cpu())
