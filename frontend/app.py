@@ -52,6 +52,7 @@ def launch(settings: DemoSettings, **kwargs) -> gr.Blocks:
         server_port=settings.port,
         theme=gr.themes.Soft(primary_hue="orange"),
         css=layout.CSS,
+        js=layout.JS,
         footer_links=["api"],
         **kwargs,
     )

@@ -23,7 +23,23 @@ CSS = """
 .pixels img { image-rendering: pixelated; }
 .upload .image-frame img { object-fit: contain; }
 .figure .image-container { padding-top: 32px; }  /* its buttons (fullscreen, download) above it, not over it */
+.no-camera .upload button[aria-label="Capture from camera"] { display: none; }
+.no-clipboard .upload button[aria-label="Paste from clipboard"] { display: none; }
 """
+# The uploads' camera and clipboard work only on a secure page (localhost or https), the camera only where
+# there is one; where they cannot, Gradio's buttons for them fail without a word (an untranslated key, or
+# nothing), so the page hides them (CSS above), and looks again when a camera is plugged in or out.
+JS = """() => {
+    const media = navigator.mediaDevices;
+    const secure = window.isSecureContext;
+    const look = async () => {
+        const devices = secure && media ? await media.enumerateDevices() : [];
+        document.body.classList.toggle('no-camera', !devices.some(d => d.kind === 'videoinput'));
+        document.body.classList.toggle('no-clipboard', !(secure && navigator.clipboard?.read));
+    };
+    look();
+    media?.addEventListener('devicechange', look);
+}"""
 
 
 def intro(tabs: list[Tab]) -> str:
@@ -65,7 +81,12 @@ def inputs(tab: Tab) -> Inputs:
     look, p = tab.look, tab.prefix
     upload = gr.Image(
         type="filepath",  # what its API page says the value is; its events take it unopened (handlers.answer_upload)
-        sources=["upload", "clipboard"],
+        sources=["upload", "webcam", "clipboard"],
+        # a camera facing the person shows their paper as it is: mirrored (Gradio's default for a selfie) a digit
+        # would be read backwards; on a phone, the camera on its back, which faces the paper. No size is asked
+        # for: the browser's default (640x480 in Chromium) is plenty for a digit, and its PNG far below the
+        # API's body limit, which a noisy full-HD frame could pass
+        webcam_options=gr.WebcamOptions(mirror=False, constraints={"video": {"facingMode": {"ideal": "environment"}}}),
         label=f"An image of {look.subject}",
         height=360,
         elem_id=f"{p}upload",

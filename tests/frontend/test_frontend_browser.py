@@ -427,6 +427,79 @@ def test_an_uploaded_scan_is_answered_and_clearing_it_asks_again(page, made_demo
     expect(page.get_by_text("Error", exact=True)).to_have_count(0)
 
 
+def camera_video(picture: Image.Image, path: Path, size: tuple[int, int] = (640, 480)) -> Path:
+    """A few frames of `picture` at `size` as a Y4M video (YUV 4:2:0), the file Chromium's fake camera plays."""
+    ycbcr = picture.convert("RGB").resize(size, Image.Resampling.BICUBIC).convert("YCbCr")
+    half = (size[0] // 2, size[1] // 2)
+    y, cb, cr = (band if k == 0 else band.resize(half, Image.Resampling.BOX) for k, band in enumerate(ycbcr.split()))
+    frame = b"FRAME\n" + y.tobytes() + cb.tobytes() + cr.tobytes()
+    path.write_bytes(f"YUV4MPEG2 W{size[0]} H{size[1]} F30:1 Ip A1:1 C420jpeg\n".encode() + frame * 3)
+    return path
+
+
+def ink_centre(picture: Image.Image) -> float:
+    """Where the darkest ink of a photo lies across it: the mean column of its darkest 1% of pixels, as a
+    fraction of its width."""
+    grey = np.asarray(picture.convert("L"), np.float32)
+    columns = np.nonzero(grey <= np.percentile(grey, 1))[1]
+    return float(columns.mean() + 0.5) / grey.shape[1]
+
+
+def test_a_digit_held_up_to_the_camera_is_read_as_the_camera_sees_it(browser, made_demo_url, tmp_path):
+    """A person with a camera (Chromium's fake one, playing a photo of a 9 on paper, right of centre) opens the
+    Upload tab, turns the camera on and takes a picture: the 9 is read, and the picture is as the camera saw
+    it, not mirrored (Gradio mirrors a webcam by default: its ink would be left of centre)."""
+    from playwright.sync_api import expect
+
+    photo = REPO / "tests/fixtures/robustness/photo/photo-07991-9.jpg"
+    seen = ink_centre(Image.open(photo))
+    assert seen > 0.6, f"the photo's ink is at {seen:.2f} of its width: too near the middle to show a mirror"
+    video = camera_video(Image.open(photo), tmp_path / "camera.y4m")
+    camera = [
+        "--use-fake-device-for-media-stream",
+        "--use-fake-ui-for-media-stream",  # the camera allowed without asking
+        f"--use-file-for-fake-video-capture={video}",
+    ]
+    with_camera = browser.browser_type.launch(executable_path=str(CHROMIUM), args=FLAGS + camera, timeout=TIMEOUT_MS)
+    try:
+        page = with_camera.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(TIMEOUT_MS)
+        open_demo(page, made_demo_url)
+        page.locator("#inputs").get_by_role("tab", name="Upload").click()
+        upload = page.locator("#upload")
+        upload.get_by_role("button", name="Capture from camera").click()
+        upload.get_by_text("Click to Access Webcam").click()
+        upload.get_by_role("button", name="capture photo").click()
+        expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?9"))
+        taken = page.request.get(upload.locator("img").first.get_attribute("src"))
+        assert taken.ok, taken.status
+        picture = Image.open(io.BytesIO(taken.body()))
+        assert picture.size == (640, 480)
+        taken_at = ink_centre(picture)
+        assert abs(taken_at - seen) < 0.05, f"the ink at {taken_at:.2f} of the picture, the camera's at {seen:.2f}"
+        page.screenshot(path=tmp_path / "camera.png", full_page=True)
+    finally:
+        with_camera.close()
+
+
+def test_the_upload_offers_a_camera_only_where_there_is_one(page, made_demo_url):
+    """Without a camera (the tests' browser has none) the upload's camera button is hidden, on every model's
+    tab: Gradio's would do nothing when clicked. The page is on localhost, so the clipboard's is there."""
+    from playwright.sync_api import expect
+
+    open_demo(page, made_demo_url)
+    for tab, prefix in (("Digit", ""), ("Fashion", "fashion-"), ("Two digits", "pair-"), ("Digit (affine)", "affine-")):
+        page.get_by_role("tab", name=tab, exact=True).click()
+        if prefix != "fashion-":  # the tabs with a pad show the upload in their Upload tab
+            page.locator(f"#{prefix}inputs").get_by_role("tab", name="Upload").click()
+        upload = page.locator(f"#{prefix}upload")
+        expect(upload.get_by_role("button", name="Upload file")).to_be_visible()
+        expect(upload.get_by_role("button", name="Paste from clipboard")).to_be_visible()
+        camera = upload.get_by_role("button", name="Capture from camera", include_hidden=True)
+        expect(camera).to_have_count(1)  # there, and hidden
+        expect(camera).to_be_hidden()
+
+
 # --- drawing as people do: several strokes at a person's pace, Predict at once or after a pause ----------
 # Strokes in units of the canvas's half side, from its centre (x right, y down). Each digit's first stroke
 # alone reads as another digit or none (an L is a 2), so an answer to the unfinished drawing shows.
