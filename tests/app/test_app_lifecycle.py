@@ -1,5 +1,6 @@
 """Start-up: settings fail loudly, /ready is 503 until warm-up, app/ never loads torch."""
 
+import gc
 import logging
 import subprocess
 import sys
@@ -57,6 +58,18 @@ def test_the_lifespan_keeps_opencv_on_one_thread(settings):
     cv2.setNumThreads(2)
     with TestClient(create_app(settings.model_copy(update={"models": ["mnist"]}))):
         assert cv2.getNumThreads() == 1
+
+
+def test_the_lifespan_takes_what_a_worker_holds_out_of_the_garbage_collector(settings):
+    """A started worker's objects (app, sessions, libraries) are frozen, so the collections that requests set
+    off walk only their own objects; at its end they are unfrozen, for an app started again in the process."""
+    gc.unfreeze()
+    with TestClient(create_app(settings.model_copy(update={"models": ["mnist"]}))) as client:
+        assert gc.get_freeze_count() > 10_000  # this process holds far more: pytest, the tests, the libraries
+        young = len(gc.get_objects())
+        assert young < gc.get_freeze_count() / 10
+        assert client.get("/health").status_code == 200
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.parametrize("explicit", [True, False])
