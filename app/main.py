@@ -47,8 +47,8 @@ def one_thread_for_pictures() -> None:
 def settle() -> None:
     """What the worker holds once started (the app, the models' sessions, the libraries: some 97,000 objects
     with mnist) leaves the garbage collector's generations while it serves: the collections that requests'
-    objects set off then walk only what came after (a full collection walked it all, 57-82 ms at 64 clients
-    on two cores, every request of the worker waiting)."""
+    objects set off then walk only what came after, not all of it (a full collection of it all: 57-82 ms at 64
+    clients on two cores, every request of the worker waiting)."""
     gc.collect()
     gc.freeze()
 

@@ -4,6 +4,7 @@ file); then the Two digits (multimnist), Fashion (fashion-mnist) and affine tabs
 
 import base64
 import copy
+import gc
 import io
 import re
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from frontend import layout, plots
-from frontend.app import build_demo
+from frontend.app import build_demo, launch
 from frontend.client import ApiClient, ApiUnreachable, served_models
 from frontend.handlers import (
     NO_FILE,
@@ -36,6 +37,7 @@ from frontend.handlers import (
 from frontend.layout import BRUSH_RADIUS, CANVAS, TabUI
 from frontend.pad import PNG_DATA_URL
 from frontend.screen import ANSWER, DRAWING, UPLOAD, Screen, gated
+from frontend.settings import DemoSettings
 from frontend.sweeps import DEFAULT
 from frontend.tabs import (
     DRAW_A_DIGIT,
@@ -59,6 +61,7 @@ from model.contract import (
     STROKE_RANGE,
 )
 from tests.conftest import serving
+from tests.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -209,6 +212,20 @@ def test_the_demo_waits_for_the_api_to_list_its_models(unused_url):
     assert answer == {"default": "mnist", "models": []} and calls == ["/models"] * 3
     with pytest.raises(ApiUnreachable, match=r"GET /models.*not reachable"):
         served_models(ApiClient(unused_url, timeout_s=2.0), wait_s=0.3, every_s=0.1)
+
+
+def test_the_launched_demo_takes_what_it_holds_out_of_the_garbage_collector(api_url):
+    """Once built, the demo's objects (Gradio, its components, the libraries) are frozen: the collections
+    that its events' objects set off walk only those, not every object of the process."""
+    gc.unfreeze()
+    settings = DemoSettings(api_url=api_url, host="127.0.0.1", port=free_port(), timeout_s=30.0)
+    demo = launch(settings, prevent_thread_lock=True, quiet=True)
+    try:
+        assert gc.get_freeze_count() > 100_000
+        assert len(gc.get_objects()) < gc.get_freeze_count() / 10
+    finally:
+        demo.close()
+        gc.unfreeze()
 
 
 # ---- the Digit tab (mnist) -------------------------------------------------------------------------------
