@@ -44,9 +44,9 @@ def one_thread_for_pictures() -> None:
     cv2.setNumThreads(1)
 
 
-def settle() -> None:
+def freeze_what_it_holds() -> None:
     """What the worker holds once started (the app, the models' sessions, the libraries: some 97,000 objects
-    with mnist) leaves the garbage collector's generations while it serves: the collections that requests'
+    with mnist alone) leaves the garbage collector's generations while it serves: the collections that requests'
     objects set off then walk only what came after, not all of it (a full collection of it all: 57-82 ms at 64
     clients on two cores, every request of the worker waiting)."""
     gc.collect()
@@ -63,12 +63,12 @@ async def lifespan(app: FastAPI):
     if (home := app.state.home) is not None:  # the threads a request crosses: this event loop's, the batchers'
         home.keep([threading.get_native_id(), *engines.thread_ids()])
     app.state.engines = engines
-    settle()
+    freeze_what_it_holds()
     try:
         yield
     finally:
         engines.close()
-        gc.unfreeze()  # what it held may go now (an app started again in one process, as the tests do)
+        gc.unfreeze()  # the whole process's: what the app held may go (an app started again, as in the tests)
 
 
 def openapi(app: FastAPI) -> dict[str, Any]:

@@ -42,17 +42,12 @@ def build_demo(client: ApiClient, tabs: list[Tab]) -> gr.Blocks:
     return demo
 
 
-def launch(settings: DemoSettings, **kwargs) -> gr.Blocks:
-    """Ask the API for its models, build their tabs and serve the demo on settings.host:settings.port
-    (kwargs go to Blocks.launch)."""
+def launch(settings: DemoSettings, block: bool = True, **kwargs) -> gr.Blocks:
+    """Ask the API for its models, build their tabs and serve the demo on settings.host:settings.port, then
+    serve until stopped (`block`) or return at once (kwargs go to Blocks.launch)."""
     client = ApiClient(settings.api_url, settings.timeout_s, public_url=settings.public_api_url)
     tabs = tabs_from(served_models(client, settings.wait_s))
     demo = build_demo(client, tabs).queue(default_concurrency_limit=8)  # handlers wait on HTTP, not the CPU
-    # What the demo holds once built (Gradio, its components, the libraries: some 200,000 objects) leaves the
-    # garbage collector's generations: a full collection walks only what the events made since, not all of
-    # them (100-175 ms in which the demo would answer no one)
-    gc.collect()
-    gc.freeze()
     demo.launch(
         server_name=settings.host,
         server_port=settings.port,
@@ -60,8 +55,16 @@ def launch(settings: DemoSettings, **kwargs) -> gr.Blocks:
         css=layout.CSS,
         js=layout.JS,
         footer_links=["api"],
+        prevent_thread_lock=True,
         **kwargs,
     )
+    # What the demo holds once serving (Gradio, its server, its components, the libraries: some 200,000
+    # objects) leaves the garbage collector's generations: a full collection walks only what the events made
+    # since, not all of them (100-175 ms in which the demo would answer no one)
+    gc.collect()
+    gc.freeze()
+    if block:
+        demo.block_thread()
     return demo
 
 

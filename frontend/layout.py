@@ -1,5 +1,6 @@
 """The page: an introduction, a tab per served model and the footer, built by small functions that
-return their components. No events here: frontend/events.py wires them all in one place."""
+return their components, and the page's CSS and script. No events here: frontend/events.py wires them
+all in one place."""
 
 from typing import NamedTuple
 
@@ -33,7 +34,8 @@ JS = """() => {
     const media = navigator.mediaDevices;
     const secure = window.isSecureContext;
     const look = async () => {
-        const devices = secure && media ? await media.enumerateDevices() : [];
+        const devices = secure && media ? await media.enumerateDevices().catch(() => null) : [];
+        if (devices === null) return;  // no answer about the devices: the buttons stay
         document.body.classList.toggle('no-camera', !devices.some(d => d.kind === 'videoinput'));
         document.body.classList.toggle('no-clipboard', !(secure && navigator.clipboard?.read));
     };

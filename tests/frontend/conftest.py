@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import gradio as gr
 import httpx
 import pytest
 
@@ -30,12 +31,18 @@ def client(api_url) -> ApiClient:
     return ApiClient(api_url, timeout_s=30.0)
 
 
+def start_demo(api_url: str) -> tuple[gr.Blocks, str]:
+    """The demo launched as `python -m frontend` launches it, asking the API at api_url, and its address;
+    serving on Gradio's thread while the caller goes on."""
+    settings = DemoSettings(api_url=api_url, host="127.0.0.1", port=free_port(), timeout_s=30.0)
+    return launch(settings, block=False, quiet=True), f"http://{settings.host}:{settings.port}"
+
+
 @pytest.fixture(scope="session")
 def demo_url(api_url):
     """The demo, launched as `python -m frontend` would, asking the in-process API."""
-    settings = DemoSettings(api_url=api_url, host="127.0.0.1", port=free_port(), timeout_s=30.0)
-    demo = launch(settings, prevent_thread_lock=True, quiet=True)
-    yield f"http://{settings.host}:{settings.port}"
+    demo, url = start_demo(api_url)
+    yield url
     demo.close()
 
 

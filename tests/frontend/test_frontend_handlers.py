@@ -18,7 +18,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from frontend import layout, plots
-from frontend.app import build_demo, launch
+from frontend.app import build_demo
 from frontend.client import ApiClient, ApiUnreachable, served_models
 from frontend.handlers import (
     NO_FILE,
@@ -37,7 +37,6 @@ from frontend.handlers import (
 from frontend.layout import BRUSH_RADIUS, CANVAS, TabUI
 from frontend.pad import PNG_DATA_URL
 from frontend.screen import ANSWER, DRAWING, UPLOAD, Screen, gated
-from frontend.settings import DemoSettings
 from frontend.sweeps import DEFAULT
 from frontend.tabs import (
     DRAW_A_DIGIT,
@@ -61,7 +60,7 @@ from model.contract import (
     STROKE_RANGE,
 )
 from tests.conftest import serving
-from tests.harness import free_port
+from tests.frontend.conftest import start_demo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,14 +214,14 @@ def test_the_demo_waits_for_the_api_to_list_its_models(unused_url):
 
 
 def test_the_launched_demo_takes_what_it_holds_out_of_the_garbage_collector(api_url):
-    """Once built, the demo's objects (Gradio, its components, the libraries) are frozen: the collections
-    that its events' objects set off walk only those, not every object of the process."""
+    """Once serving, the demo's objects (Gradio, its server, its components, the libraries) are frozen: the
+    collections that its events' objects set off walk only those, not every object of the process."""
     gc.unfreeze()
-    settings = DemoSettings(api_url=api_url, host="127.0.0.1", port=free_port(), timeout_s=30.0)
-    demo = launch(settings, prevent_thread_lock=True, quiet=True)
+    demo, _ = start_demo(api_url)
     try:
-        assert gc.get_freeze_count() > 100_000
-        assert len(gc.get_objects()) < gc.get_freeze_count() / 10
+        young = gc.get_objects()  # the frozen are left out
+        assert not any(o is demo or o is demo.server_app for o in young)
+        assert len(young) < gc.get_freeze_count() / 10
     finally:
         demo.close()
         gc.unfreeze()
