@@ -28,6 +28,7 @@ from frontend.handlers import (
     fig4,
     fig4_tiles,
     follow_up,
+    iteration_words,
     model_footer,
     perturb,
     predict_drawing,
@@ -333,6 +334,31 @@ def test_the_follow_up_draws_the_maps_the_perturbed_capsule_and_fig4(client, uis
         assert shown[panel.grid].size == fig4(client, answer["capsules"], digit, tab.model).size
         again = follow_up(client, ui, screen, False, DEFAULT, *deltas)
         assert again == gr.skip()  # followed up already: no update to any output
+
+
+def test_a_view_keeps_the_answer_without_the_routing_coefficients(client, uis):
+    """The answer a view keeps for the session (gr.State) leaves out the routing coefficients, which no panel
+    draws: every routing map and every iteration's words come out as from the whole answer, in under a quarter
+    of its Python objects (Gradio holds a closed session's state for an hour)."""
+    for ui, example in ((uis["mnist"], EXAMPLES[7]), (uis["multimnist"], PAIR_EXAMPLES[0])):
+        tab = ui.tab
+        answer = client.predict(example.read_bytes(), tab.model, tab.iterations)
+        kept = tab.view.of(answer, tab.classes, client.public_url).answer
+        assert "coefficients" in answer["routing"] and "coefficients" not in kept["routing"]
+        last = len(answer["routing"]["iterations"])
+        for r in [None, *range(1, last + 1)]:
+            assert np.array_equal(np.asarray(routing_view(tab, kept, r)), np.asarray(routing_view(tab, answer, r)))
+            assert r is None or iteration_words(kept, r) == iteration_words(answer, r)
+        assert objects(kept) < objects(answer) / 4
+
+
+def objects(value) -> int:
+    """How many Python objects a JSON value is: itself and, in a list or dict, each of its parts and keys."""
+    if isinstance(value, dict):
+        return 1 + len(value) + sum(objects(part) for part in value.values())
+    if isinstance(value, list):
+        return 1 + sum(objects(part) for part in value)
+    return 1
 
 
 def test_no_event_of_the_page_answers_part_by_part(client, tabs):
