@@ -55,6 +55,7 @@ def launch(settings: DemoSettings, block: bool = True, **kwargs) -> gr.Blocks:
         css=layout.CSS,
         js=layout.JS,
         footer_links=["api"],
+        state_session_capacity=settings.sessions,
         prevent_thread_lock=True,
         **kwargs,
     )

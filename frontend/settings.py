@@ -2,6 +2,7 @@
 
 from functools import lru_cache
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -20,6 +21,10 @@ class DemoSettings(BaseSettings):
     # At start the demo asks the API which models it serves (GET /models), one tab each; `make demo` starts
     # both at once and the API loads and warms every model before it listens (a minute on a busy 2-core CPU).
     wait_s: float = 180.0
+    # Browser sessions whose state the demo keeps, the least recently used dropped first: Gradio keeps each
+    # page load's copy of the page's settings (about 1.6 MB here) until this many are held (its own default
+    # is 10,000), and an answer on screen for an hour after the page is closed
+    sessions: int = Field(default=256, ge=1)
 
 
 @lru_cache

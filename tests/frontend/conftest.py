@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import gradio as gr
 import httpx
@@ -31,10 +32,10 @@ def client(api_url) -> ApiClient:
     return ApiClient(api_url, timeout_s=30.0)
 
 
-def start_demo(api_url: str) -> tuple[gr.Blocks, str]:
-    """The demo launched as `python -m frontend` launches it, asking the API at api_url, and its address;
-    serving on Gradio's thread while the caller goes on."""
-    settings = DemoSettings(api_url=api_url, host="127.0.0.1", port=free_port(), timeout_s=30.0)
+def start_demo(api_url: str, **settings_: Any) -> tuple[gr.Blocks, str]:
+    """The demo launched as `python -m frontend` launches it, asking the API at api_url (other settings:
+    `settings_`), and its address; serving on Gradio's thread while the caller goes on."""
+    settings = DemoSettings(api_url=api_url, host="127.0.0.1", port=free_port(), timeout_s=30.0, **settings_)
     return launch(settings, block=False, quiet=True), f"http://{settings.host}:{settings.port}"
 
 

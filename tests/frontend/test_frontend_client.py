@@ -6,6 +6,7 @@ from PIL import Image
 
 from frontend.client import ApiClient
 from frontend.tabs import EXAMPLES
+from tests.frontend.conftest import start_demo
 from tests.harness import TRANSPARENT_SEVEN
 
 
@@ -45,3 +46,21 @@ def test_an_upload_reaches_the_api_as_it_was_sent(demo_url, tmp_path):
     status, seen, reconstruction, *_ = demo.predict(handle_file(str(not_an_image)), api_name="/predict_upload")
     assert status == "⚠️ the file is not a readable PNG, JPEG, BMP, GIF or WebP image", status
     assert seen is None and reconstruction is None
+
+
+def test_the_demo_keeps_the_state_of_its_most_recent_sessions_alone(api_url):
+    """Each browser session (here each gradio_client) that answers an example leaves its state in the demo;
+    past CAPSNET_DEMO_SESSIONS the least recently used go, and a session asked again is answered anew."""
+    demo, url = start_demo(api_url, sessions=2)
+    try:
+        seven = handle_file(str(next(p for p in EXAMPLES if p.name.startswith("7_"))))
+        clients = [Client(url, verbose=False) for _ in range(4)]
+        for client in clients:
+            status, *_ = client.predict(seven, api_name="/predict_upload")
+            assert status.startswith("## Prediction: **7**")
+            assert len(demo.state_holder.session_data) <= 2
+        assert list(demo.state_holder.session_data) == [client.session_hash for client in clients[-2:]]
+        status, *_ = clients[0].predict(seven, api_name="/predict_upload")  # its state was dropped
+        assert status.startswith("## Prediction: **7**")
+    finally:
+        demo.close()
