@@ -92,7 +92,7 @@ class PredictView(NamedTuple):
     capsules: list[list[float]] | None  # (10, 16), kept in gr.State for the perturbation panel
     digit: int | None  # the capsule to perturb: the prediction
     footer: str | dict  # model, version and provider; gr.skip() keeps the last one
-    answer: dict[str, Any] | None  # the API's answer, kept in gr.State for the routing maps
+    answer: dict[str, Any] | None  # the API's answer as kept() keeps it, in gr.State for the routing maps
 
     @classmethod
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
