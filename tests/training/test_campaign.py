@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from model.capsnet import CapsNet, CapsNetConfig
-from training import data
+from training import data, pairs
 from training.baselines import PairCNN, PaperCNN, num_params
 from training.campaign import collect, ledger, pack, plan, supervisor
 from training.campaign.__main__ import preflight
@@ -218,3 +218,13 @@ def test_hflip_mirrors_some_images():
     out = data.random_hflip(x, 0.5, torch.Generator().manual_seed(0))
     flipped = (out == x.flip(-1)).all(dim=(1, 2, 3))
     assert 60 < flipped.sum() < 140 and torch.equal(out[~flipped], x[~flipped])
+
+
+def test_the_pairs_runs_move_their_digits_as_the_paper_says_and_as_the_authors_released():
+    """The plan's MultiMNIST runs: the paper's ±4 px (section 6), and beside it the authors' released test-split
+    command's shift (pairs.RELEASED_SHIFT), from the same weights with the same settings otherwise."""
+    runs = {spec.name: spec for spec in plan.PLAN}
+    paper, released = runs["multimnist"], runs["multimnist-shift6"]
+    assert TrainConfig(**paper.train).pair_shift == pairs.MAX_SHIFT
+    assert TrainConfig(**released.train).pair_shift == pairs.RELEASED_SHIFT
+    assert released.kind == "pairs" and released.start == "multimnist"
