@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.settings import available_cores
+from app.settings import MAX_WORKERS, available_cores
 
 log = logging.getLogger(__name__)
 
 BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the serving process (shared_board; not a setting)
-SLOTS = 256  # as many as Settings.workers allows
+SLOTS = MAX_WORKERS  # as many as Settings.workers allows
 QUIET_S = 0.05  # how long every other worker must have held no request for a lone one to take every core
 # a worker's slot: its pid, its requests in flight and when its last one ended (time.monotonic, which is
 # the same clock in every process)

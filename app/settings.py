@@ -21,6 +21,7 @@ from model import contract
 DEFAULT_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 MB = 1024 * 1024
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (docker --cpus)
+MAX_WORKERS = 256  # the slots of the workers' board (app/cores.py)
 
 
 def available_cores() -> int:
@@ -94,10 +95,11 @@ class Settings(BaseSettings):
     max_reconstruct_batch: int = Field(default=256, ge=1, le=4096)
     # --- HTTP server -----------------------------------------------------------------------------
     workers: int = Field(
-        default_factory=available_cores,
+        default_factory=lambda: min(available_cores(), MAX_WORKERS),
         ge=1,
-        le=256,
-        description="server processes, each with its own engines and batchers (default: one per available core)",
+        le=MAX_WORKERS,
+        description="server processes, each with its own engines and batchers (default: one per available core, "
+        f"at most {MAX_WORKERS})",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"  # 0.0.0.0 in a container

@@ -138,9 +138,9 @@ def test_env_settings(monkeypatch):
 
 
 def test_workers_default_to_the_cores_and_divide_the_threads(monkeypatch, tmp_path):
-    """CAPSNET_WORKERS defaults to one worker per available core (a cgroup quota caps them); without
-    CAPSNET_INTRA_OP_THREADS each worker's sessions get the cores divided between the workers, and one
-    worker keeps ONNX Runtime's own default."""
+    """CAPSNET_WORKERS defaults to one worker per available core (a cgroup quota caps them, and so does
+    MAX_WORKERS); without CAPSNET_INTRA_OP_THREADS each worker's sessions get the cores divided between the
+    workers, and one worker keeps ONNX Runtime's own default."""
     monkeypatch.delenv("CAPSNET_WORKERS", raising=False)
     monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "none")
@@ -151,6 +151,9 @@ def test_workers_default_to_the_cores_and_divide_the_threads(monkeypatch, tmp_pa
     assert settings_module.available_cores() == Settings().workers == 3
     assert Settings(workers=3).session_threads == 1 and Settings(workers=1).session_threads == 0
     assert Settings(workers=3, intra_op_threads=4).session_threads == 4
+    monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(384)))  # two 192-core CPUs
+    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "none")
+    assert Settings().workers == settings_module.MAX_WORKERS  # as many as the board has slots (app/cores.py)
     monkeypatch.setenv("CAPSNET_WORKERS", "0")
     with pytest.raises(ValidationError, match="workers"):
         Settings()
