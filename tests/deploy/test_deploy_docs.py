@@ -47,6 +47,14 @@ def test_compose_passes_every_api_setting_through():
     assert "CAPSNET_WORKERS: ${CAPSNET_WORKERS:-}" in cpu  # empty: Settings' default, a worker per core
 
 
+def test_compose_passes_every_demo_setting_through():
+    env = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["frontend"]["environment"]
+    want = {f"CAPSNET_DEMO_{f.upper()}" for f in demo_settings_fields() if f not in NOT_PASSED}
+    assert want <= set(env), f"docker-compose.yml does not pass {sorted(want - set(env))} to the demo"
+    own = {"CAPSNET_DEMO_API_URL", "CAPSNET_DEMO_PUBLIC_API_URL"}  # compose's names for the API: its own values
+    assert all(env[name] == f"${{{name}:-}}" for name in want - own), env
+
+
 def fresh_machine_commands() -> list[str]:
     """The commands of the README's 'Two commands on a fresh machine' block, comments stripped."""
     section = README.split("## Two commands on a fresh machine", 1)[1]
