@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from app.engine import Engine, Engines
+from app.errors import RETRY_AFTER
 from app.schemas import MODEL_DESCRIPTION, MODEL_EXAMPLES, MODEL_NAME_LENGTH
 
 Q = TypeVar("Q", bound=BaseModel)
@@ -49,7 +50,7 @@ def engine_named(request: Request, model: str | None) -> Engine:
         )
     engine = engines[name]
     if not engine.ready:
-        raise HTTPException(503, f"model {name} is not ready: {engine.state}")
+        raise HTTPException(503, f"model {name} is not ready: {engine.state}", RETRY_AFTER)
     return engine
 
 

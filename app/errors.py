@@ -11,6 +11,8 @@ from app.batcher import DeadlineError, QueueFullError
 from app.imaging import ImageError
 
 MAX_ERRORS_SHOWN = 5
+# what a 503 (a model warming up, a full queue) or a 504 tells the client: ask again in a second
+RETRY_AFTER = {"Retry-After": "1"}
 
 
 def describe(errors) -> str:
@@ -45,11 +47,11 @@ async def _image(request: Request, exc: ImageError) -> JSONResponse:
 
 
 async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": "1"})
+    return JSONResponse({"detail": str(exc)}, 503, headers=RETRY_AFTER)
 
 
 async def _late(request: Request, exc: DeadlineError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, 504, headers={"Retry-After": "1"})
+    return JSONResponse({"detail": str(exc)}, 504, headers=RETRY_AFTER)
 
 
 def register_error_handlers(app: FastAPI) -> None:

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.deps import EnginesDep
+from app.errors import RETRY_AFTER
 from app.schemas import Health, Ready, errors
 
 router = APIRouter(tags=["health"])
@@ -25,6 +26,6 @@ async def health() -> Health:
 )
 async def ready(engines: EnginesDep):
     if not engines.ready:
-        return JSONResponse({"detail": f"not ready: {engines.state}"}, 503)
+        return JSONResponse({"detail": f"not ready: {engines.state}"}, 503, headers=RETRY_AFTER)
     default = engines[engines.default]
     return Ready(providers=default.providers, precision=default.precision, models=engines.names)

@@ -1,8 +1,9 @@
 """The Open Inference Protocol (KServe v2, Triton's HTTP API) beside our own routes.
 
 Two models per served model NAME (GET /models: mnist, multimnist, ...): NAME is the CapsNet graph
-(image -> the contract's outputs) and NAME_decoder the decoder (masked capsules -> reconstruction), the
-same two graphs as the Triton repository of training/triton.py. Tensors are the
+(image -> the contract's outputs) and NAME_decoder the decoder (masked capsules -> reconstruction): the
+graphs /predict reads (on the CPU, an int8 CapsNet where the card ships one; the Triton repository of
+training/triton.py holds the fp32 ones). Tensors are the
 raw graph tensors of model/contract.py, in and out; `outputs` selects which come back (all without
 it). Dynamic routing's CapsNet graphs also have routing_iterations and logit_changes (Procedure 1 iteration
 by iteration), fetched only for a request that asks for them or for all. Both share the engine and its
@@ -14,7 +15,8 @@ binary tensor data extension, what tritonclient sends by default): the header
 `parameters.binary_data_size` its byte count, and an output asked for with `parameters.binary_data`
 comes back the same way. A body sent as `Content-Type: application/json` is the JSON request alone.
 Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an unknown model, 503 while not
-ready or when the queue is full, 504 past the request deadline.
+ready or when the queue is full, 504 past the request deadline (503 and 504 with Retry-After). A body over
+the size limit is refused before the route reads it, as on every route (app/middleware.py: 413 `detail`).
 
 The OpenAPI document has one infer operation per served graph, with that graph's own request schema
 (`document_infer`): every request it describes is one the route takes (its rows are those an answer of
@@ -38,6 +40,7 @@ from app import VERSION
 from app.batcher import DeadlineError, QueueFullError
 from app.deps import EnginesDep, is_json
 from app.engine import Engine, Engines
+from app.errors import RETRY_AFTER
 from app.schemas import CAPSULE_LIMIT, ErrorMessage, InferResponse, infer_request_schema
 from model import contract
 
@@ -85,7 +88,8 @@ class ProtocolError(Exception):
 
 
 def error(message: str, status: int) -> JSONResponse:
-    return JSONResponse({"error": message}, status)
+    """The protocol's error answer; a 503 or 504 also says when to ask again."""
+    return JSONResponse({"error": message}, status, headers=RETRY_AFTER if status in (503, 504) else None)
 
 
 DECODER = "_decoder"
@@ -370,8 +374,7 @@ async def infer(name: str, request: Request, engines: EnginesDep, version: str |
     except ProtocolError as exc:
         return error(str(exc), exc.status)
     except (QueueFullError, DeadlineError) as exc:
-        status = 503 if isinstance(exc, QueueFullError) else 504
-        return JSONResponse({"error": str(exc)}, status, headers={"Retry-After": "1"})
+        return error(str(exc), 503 if isinstance(exc, QueueFullError) else 504)
     return await run_in_threadpool(answer, name, engine.version, body, results, wanted)
 
 

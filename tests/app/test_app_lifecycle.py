@@ -17,6 +17,7 @@ from app.engine import Engine, Engines
 from app.main import create_app
 from app.settings import Settings
 from model import contract
+from tests.harness import digit_png
 
 
 def mnist_engine(settings: Settings) -> Engine:
@@ -31,6 +32,7 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
     client = TestClient(app)  # no lifespan: these engines are the app's
     r = client.get("/ready")
     assert r.status_code == 503 and "mnist: loaded, not warmed up" in r.json()["detail"]
+    assert r.headers["Retry-After"] == "1"  # a client or a balancer may ask again soon
     assert client.get("/health").status_code == 200
     assert client.head("/ready").status_code == 503 and client.head("/health").status_code == 200  # a probe's HEAD
     engines["mnist"].warm_up()
@@ -40,7 +42,12 @@ def test_ready_is_503_until_every_model_is_warm_and_says_which(settings, mnist_f
         "mnist": True,
         "multimnist": False,
     }
-    assert client.get("/model", params={"model": "multimnist"}).status_code == 503
+    r = client.get("/model", params={"model": "multimnist"})
+    assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+    r = client.post("/predict", params={"model": "multimnist"}, files={"file": ("d.png", digit_png())})
+    assert r.status_code == 503 and r.headers["Retry-After"] == "1" and "multimnist is not ready" in r.json()["detail"]
+    r = client.get("/v2/models/multimnist/ready")
+    assert r.status_code == 503 and r.headers["Retry-After"] == "1" and "not ready" in r.json()["error"]
     engines["multimnist"].warm_up()
     assert client.get("/ready").json() == {
         "status": "ready",
