@@ -156,7 +156,7 @@ class ModelInfo(BaseModel):
     version: str = Field(
         description="first 12 hex digits of the sha256 of the graph that answered "
         "(capsnet.onnx, or capsnet.int8.onnx: see precision)",
-        examples=["0f9463a855b3"],
+        examples=["6d67e9936c01"],
     )
     provider: str = Field(description="the ONNX Runtime execution provider in use", examples=["CPUExecutionProvider"])
     precision: Literal["fp32", "int8"] = Field(
@@ -195,7 +195,7 @@ def _predict_example() -> dict:
             "maps": [[[0.5] * G for _ in range(G)] for _ in range(C)],
         },
         "input": PNG_EXAMPLE,
-        "model": {"name": "mnist", "version": "0f9463a855b3", "provider": "CPUExecutionProvider", "precision": "fp32"},
+        "model": {"name": "mnist", "version": "6d67e9936c01", "provider": "CPUExecutionProvider", "precision": "int8"},
     }
 
 
@@ -419,8 +419,8 @@ class ModelCard(BaseModel):
                 {
                     "name": "capsnet-mnist",
                     "served_as": "mnist",
-                    "version": "0f9463a855b3",
-                    "test_accuracy": 0.9965,
+                    "version": "e25c18606710",
+                    "test_accuracy": 0.996,
                     "providers": ["CPUExecutionProvider"],
                     "batching": {"max_batch": 64, "max_wait_ms": 2.0, "max_queue": 1024},
                 }
