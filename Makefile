@@ -7,7 +7,7 @@ EPOCHS  ?= 10
 API_PORT ?= 8000
 DEMO_PORT ?= 7860
 
-.PHONY: help install install-ray lint test demo serve train export fetch bench docker-smoke constraints campaign-preflight clean
+.PHONY: help install install-ray lint hooks test demo serve train export fetch bench docker-smoke constraints campaign-preflight clean
 .DEFAULT_GOAL := help
 
 help:                          ## this list: every target and what it does (`make` alone prints it)
@@ -28,6 +28,10 @@ lint: $(BIN)/python            ## ruff (lint, then format --check) and mypy: wha
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+hooks: $(BIN)/python           ## the git hook that runs make lint's checks before every commit (pre-commit)
+	$(BIN)/pip install -q pre-commit -c deploy/constraints.txt
+	$(BIN)/pre-commit install
 
 test: $(BIN)/python            ## run the test suite (what .ci/run runs; the containers: make docker-smoke)
 	$(BIN)/python -m pytest -q -m "not docker"
