@@ -47,8 +47,10 @@ def test_preflight_runs_the_whole_cycle_on_the_cpu(data_dirs, tmp_path):
     for name in PREFLIGHT:
         result = json.loads((tmp_path / "work" / name / "result.json").read_text())
         assert result["epochs_run"] == 2 and result["images_seen"] > 0 and result["test"]
-    started = json.loads((tmp_path / "work" / "multimnist" / "result.json").read_text())["started_from"]
+    pairs = json.loads((tmp_path / "work" / "multimnist" / "result.json").read_text())
+    started = pairs["started_from"]
     assert started["model"] == "multimnist" and len(started["version"]) == 12
+    assert {"test_error", "train_error"} <= set(pairs["test"]) and 0 <= pairs["test"]["train_error"] <= 100
     out = tmp_path / "out-1"
     files = list(out.iterdir())
     assert len(files) <= collect.MAX_FILES and sum(f.stat().st_size for f in files) <= 64 * 2**20

@@ -173,7 +173,11 @@ def train_and_test(
         run = fit(model, task_class(splits, config.seed, config.scale, config.pair_shift), config, log)
         per_digit = 1 if smoke else TEST_PAIRS
         error = pair_error(model, test, per_digit, config.seed + 2, config.pair_shift)
-        return run, {"test_error": error, "test_pairs": per_digit * len(test)}
+        # the same on as many training digits, each paired once, unscaled as the test's: an error near the
+        # test's says the model underfits (more training is the lever), one well below it that it overfits
+        seen = data.Split(splits["train"].images[: len(test)], splits["train"].labels[: len(test)])
+        train_error = pair_error(model, seen, 1, config.seed + 3, config.pair_shift)
+        return run, {"test_error": error, "test_pairs": per_digit * len(test), "train_error": train_error}
     if spec.kind == "affine":
         run = fit(model, affine.TranslatedDigits(splits, config.seed), config, log)
         tests = affine.test_sets(test, AFFINE_TEST_SEED)
