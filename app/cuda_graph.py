@@ -6,7 +6,8 @@ node runs on CUDA, with its input and outputs bound to fixed device buffers, and
 captured graph has one shape, so the session runs the graph folded for batch 1 (fold): its batch axis fixed
 and its constants folded until nothing more folds, which leaves none of the shape arithmetic (Shape,
 ConstantOfShape, Range) that the CUDA provider would run on the CPU. benchmarks/run_binding.py times it
-beside session.run; app/engine.py runs a single image through it when Settings.cuda_graph is set.
+beside session.run; app/engine.py runs a single image through it when Settings.cuda_graph is set, and on the
+CPU runs a lone request's single image on the graph folded for batch 1 (no CUDA graph there).
 """
 
 import tempfile

@@ -140,9 +140,10 @@ class Engine:
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
         self.capsnet = self._session(self.capsnet_file)
         # A request alone on the server runs on every core (app/cores.py), its threads spinning within the
-        # run (threads that sleep between its parallel parts wait to be woken for each) and stopping at its end
+        # run (threads that sleep between its parallel parts wait to be woken for each) and stopping at its end,
+        # on the graph folded for its one image (fold: its shape arithmetic and constants computed once, here)
         wide = settings.lone_request_threads if board is not None and self._on_cpu else 0
-        self.capsnet_wide = self._session(self.capsnet_file, wide) if wide else None
+        self.capsnet_wide = self._session(fold(self.directory / self.capsnet_file, 1), wide) if wide else None
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
@@ -205,9 +206,9 @@ class Engine:
         """Side of the model's square input (and of its reconstructions)."""
         return self.spec.size
 
-    def _session(self, filename: str, wide: int = 0) -> ort.InferenceSession:
-        """A session of the graph `filename` on the settings' threads, or on `wide` threads that spin within
-        a run and stop at its end (a lone request's, app/cores.py)."""
+    def _session(self, graph: str | bytes, wide: int = 0) -> ort.InferenceSession:
+        """A session of `graph` (a file of the model's folder, or a serialized graph) on the settings' threads,
+        or on `wide` threads that spin within a run and stop at its end (a lone request's, app/cores.py)."""
         options = ort.SessionOptions()
         # On the CPU, ONNX Runtime's warnings while it loads a graph are about its own rewriting (it cannot
         # constant-fold the exporter's CastLike nodes, which it inlines later), nothing a user can act on: at
@@ -220,7 +221,8 @@ class Engine:
             options.add_session_config_entry("session.force_spinning_stop", "1")
         if self._on_cpu:
             memory.configure(options, one_shape=bool(wide))  # the wide session runs a single image only
-        return ort.InferenceSession(str(self.directory / filename), options, providers=self._providers)
+        model = graph if isinstance(graph, bytes) else str(self.directory / graph)
+        return ort.InferenceSession(model, options, providers=self._providers)
 
     def _cuda_graph(self) -> CudaGraph | None:
         """The CUDA graph of a single image's run (captured by _capture_cuda_graph), or None (and why, logged)

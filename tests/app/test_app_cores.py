@@ -116,8 +116,11 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
     assert (narrow.intra_op_num_threads, wide.intra_op_num_threads) == (1, 2)
     assert wide.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert wide.get_session_config_entry("session.force_spinning_stop") == "1"  # not past the run
-    # a single image is the wide session's one shape: its memory planned once (the batches' sessions plan none)
+    # a single image is the wide session's one shape: its memory planned once (the batches' sessions plan none),
+    # and its graph folded for it (app/cuda_graph.py's fold: no shape arithmetic left to run)
     assert (narrow.enable_mem_pattern, wide.enable_mem_pattern) == (False, True)
+    assert engine.capsnet.get_inputs()[0].shape[0] == contract.BATCH
+    assert engine.capsnet_wide.get_inputs()[0].shape == [1, 1, engine.size, engine.size]
     runs: list[str] = []
     for name in ("capsnet", "capsnet_wide"):
         setattr(engine, name, Spy(getattr(engine, name), name, runs))
@@ -135,7 +138,7 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
         with board.request():
             engine._run_capsnet(x[:1], names)  # a second request here
         assert runs[-1] == "capsnet"
-    for one, both in zip(alone, pair, strict=True):  # the same graph: the same outputs, to float error
+    for one, both in zip(alone, pair, strict=True):  # the same graph, folded: the same outputs, to float error
         np.testing.assert_allclose(one[0], both[0], atol=1e-5)
     assert Engine("mnist", contract.SHIPPED["mnist"], settings).capsnet_wide is None  # no board: no lone runs
 
