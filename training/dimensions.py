@@ -5,7 +5,7 @@ $ python -m training.dimensions --check    # exit 1 if it is stale (what the tes
 $ python -m training.dimensions --relabel  # the shipped cards' labels given again from their measures (then render)
 $ python -m training.export --describe models/*   # measure the cards' sections again (then render)
 
-The paper perturbs one of the 16 dimensions of the winning class capsule v_j by steps of 0.05 in
+The paper perturbs one of the 16 dimensions of the correct digit's class capsule v_j by steps of 0.05 in
 [-0.25, 0.25] and decodes it (Fig. 4), and names what the dimensions do: "scale and thickness",
 "localized part", "stroke thickness", "localized skew", "width and translation". Here every class
 capsule j and dimension d gets numbers. For up to EXAMPLES test examples of class j that the model
