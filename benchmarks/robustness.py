@@ -427,8 +427,7 @@ def mnist_strokes(n: int = 2000) -> dict:
     widths = []
     for x in images:
         picture, light_ink = source(Image.fromarray(x))
-        paper, digit, factor = locate(picture, light_ink)
-        ink, side, _ = digit_ink(picture, paper, digit, factor)
+        ink, side, _ = digit_ink(picture, *locate(picture, light_ink))
         widths.append(stroke_width(at_norm_box(ink, side)) / NORM_BOX)
     percents = (1, 2, 5, 10, 50, 90, 95, 98, 99)
     return {

@@ -90,7 +90,8 @@ def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
     """A digit's ink whose longer side is `side` px rescaled so that it is NORM_BOX px (bicubic)."""
     scale = NORM_BOX / side
     size = (max(1, round(ink.shape[1] * scale)), max(1, round(ink.shape[0] * scale)))
-    return np.clip(resample.resize(ink, size, "bicubic"), 0.0, 1.0)
+    x = resample.resize(ink, size, "bicubic")
+    return np.minimum(np.maximum(x, 0.0, out=x), 1.0, out=x)  # np.clip's bounds, without its wrapper's cost
 
 
 def measured_stroke(ink: np.ndarray, side: float) -> tuple[np.ndarray, float]:
@@ -178,10 +179,13 @@ def dilated(x: np.ndarray, radius: float) -> np.ndarray:
     return out
 
 
-def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> tuple[np.ndarray, float, float]:
+def digit_ink(
+    picture: Image.Image, paper: Paper, digit: Digit, factor: int, copy: np.ndarray
+) -> tuple[np.ndarray, float, float]:
     """The digit's ink cropped from the full picture, in [0, 1] (1 = its strongest strokes), only where
     the kept parts are (specks and other shapes are gone), the digit's longer side in its px, and the
     ink's contrast (Digit.contrast, measured again at the crop's scale when it is low: crop_contrast).
+    `copy`: what locate found the digit on (at factor 1, the picture's pixels).
 
     A digit larger than NORM_BOX is box-reduced to NORM_BOX; a smaller one keeps its pixels, so that
     an MNIST-like image comes back as it was.
@@ -193,7 +197,7 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     scale = min(1.0, NORM_BOX / side)
     size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
     if scale == 1 and factor == 1:  # found at full size, kept at it: a crop of each
-        x = np.asarray(picture, np.float32)[box[1] : box[3], box[0] : box[2]] / 255
+        x = copy[box[1] : box[3], box[0] : box[2]]
         gate = digit.mask[box[1] : box[3], box[0] : box[2]]
     else:
         x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
@@ -203,7 +207,7 @@ def digit_ink(picture: Image.Image, paper: Paper, digit: Digit, factor: int) -> 
     gate = cv2.dilate(gate.view(np.uint8), np.ones((reach, reach), np.uint8)).view(bool)
     r = ink_map(x, paper, box, picture.size)
     sigma = paper_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
-    a = np.clip(r, 0.0, None)
+    a = np.maximum(r, 0.0)
     strongest = float(a.max(where=gate, initial=0.0))
     if strongest == 0.0:
         raise ImageError(NO_INK)
@@ -229,12 +233,11 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     x = x[top:bottom, left:right]
     scale = 1.0 if box is None else box / max(x.shape)
     height, width = (max(1, round(side * scale)) for side in x.shape)
-    small = np.clip(resample.resize(x, (width, height), "lanczos"), 0.0, None)
-    small = np.clip(small / small.max(), 0.0, 1.0)  # LeCun's digits reach full intensity
-    ys, xs = np.indices(small.shape)
+    small = np.maximum(resample.resize(x, (width, height), "lanczos"), 0.0)
+    small = small / small.max()  # LeCun's digits reach full intensity (and no more: 0 <= small <= its max)
     mass = small.sum()
-    top = int(np.floor(size // 2 - (ys * small).sum() / mass + 0.5))
-    left = int(np.floor(size // 2 - (xs * small).sum() / mass + 0.5))
+    top = int(np.floor(size // 2 - (np.arange(height)[:, None] * small).sum() / mass + 0.5))
+    left = int(np.floor(size // 2 - (np.arange(width) * small).sum() / mass + 0.5))
     top, left = min(max(top, 0), size - height), min(max(left, 0), size - width)
     out = np.zeros((size, size), np.float32)
     out[top : top + height, left : left + width] = small
@@ -246,8 +249,8 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     box of `boxes` and centred (candidates when there are several, the first as the image); boxes None:
     a picture already at the model's scale, its ink only found and centred."""
     picture, light_ink = source(image)
-    paper, digit, factor = locate(picture, light_ink)
-    ink, side, contrast = digit_ink(picture, paper, digit, factor)
+    paper, digit, factor, copy = locate(picture, light_ink)
+    ink, side, contrast = digit_ink(picture, paper, digit, factor, copy)
     notes = warnings_of(digit._replace(contrast=contrast), what)
     if boxes is None:
         return Prepared(fit_and_centre(ink, None, size), notes)

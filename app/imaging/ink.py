@@ -299,12 +299,13 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     return Digit(mask, box, float(a.max()), others)
 
 
-def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int]:
-    """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE."""
+def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int, np.ndarray]:
+    """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE, and that copy
+    (floats in [0, 1]; at factor 1 the picture's own pixels)."""
     factor = math.ceil(max(picture.size) / LOCATE_SIZE)
     x = np.asarray(picture.reduce(factor) if factor > 1 else picture, np.float32) / 255
     paper, ink = fit_paper(x, light_ink)
-    a = np.clip(ink, 0.0, None)
+    a = np.maximum(ink, 0.0)
     if a.max() < MIN_CONTRAST:
         blank = f"nothing differs from the paper by {MIN_CONTRAST:.0%} of the full range"
         if factor == 1:
@@ -313,7 +314,7 @@ def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int]:
             f"no ink was found: the image is blank ({blank}) when reduced to {LOCATE_SIZE} px a side; "
             "draw a digit, or crop the picture closer to a small one"
         )
-    return paper, digit_parts(a, noise_floor(a, paper.sigma)), factor
+    return paper, digit_parts(a, noise_floor(a, paper.sigma)), factor, x
 
 
 def warnings_of(digit: Digit, what: str = "one digit") -> list[str]:

@@ -291,8 +291,7 @@ def test_strokes_within_mnists_range_are_untouched(seven):
 
 def _located(ink: np.ndarray) -> tuple:
     picture, light_ink = source(Image.fromarray(np.round(ink * 255).astype(np.uint8)))
-    paper, digit, factor = locate(picture, light_ink)
-    return picture, paper, digit, factor
+    return picture, *locate(picture, light_ink)
 
 
 # --- low resolution: thumbnails, old scans, webcam crops ---------------------------------------------
