@@ -144,14 +144,22 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
 
 
 def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
-    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone; the default
-    model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
+    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone, on the request's
+    event loop; the default model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
     settings = Settings(models=["mnist", "fashion-mnist"], workers=2, providers=["CPUExecutionProvider"])
     app = create_app(settings)
     with TestClient(app) as client:
         wait_until_ready(client)
         engines = app.state.engines
         assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
+        wide, threads = engines["mnist"].capsnet_wide, []
+
+        class OnThread:  # the wide session, noting which thread runs it
+            def run(self, *args):
+                threads.append(threading.current_thread().name)
+                return wide.run(*args)
+
+        engines["mnist"].capsnet_wide = OnThread()
         before = lone_runs(client)
         for _ in range(3):
             answer = client.post(
@@ -159,6 +167,8 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
             )
             assert answer.status_code == 200
         assert lone_runs(client) - before == 3
+        # on the request's own event loop (Batcher.run_here): no hand-over to a batching thread and back
+        assert len(threads) == 3 and not any(name.startswith("batcher-") for name in threads)
         board = cores.this_worker()
         assert board is not None and board._requests[board.slot] == 0  # every request counted out
 
