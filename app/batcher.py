@@ -94,7 +94,7 @@ class DynamicBatcher:
         self.metrics = metrics
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._held: _Job | None = None  # a job that did not fit in the last batch
-        self._running = False  # the batching thread holds jobs it has taken off the queue
+        self._running = False  # the batching thread holds jobs it has taken off the queue (_gather, _run)
         self._last_size = 1
         self._closed = False  # close() was called: jobs are refused, none would be run
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
@@ -145,6 +145,8 @@ class DynamicBatcher:
         start = time.monotonic()
         outputs = list(self.run_batch(x))  # a failure is the request's own (its route answers 500)
         self._observe(len(x), time.monotonic() - start)
+        if self.metrics:
+            self.metrics.queue_seconds.observe(0.0)  # it waited for no batch
         return outputs
 
     def _observe(self, rows: int, seconds: float) -> None:
@@ -170,6 +172,7 @@ class DynamicBatcher:
         first = self._next(timeout=None)
         if first is _STOP:
             return None
+        self._running = True  # until _loop has run what it gathers
         jobs, rows = [first], len(first.x)
         deadline = first.enqueued + self.max_wait
         while rows < self.max_batch:
@@ -198,7 +201,6 @@ class DynamicBatcher:
         finally:
             self._started.set()
         while (jobs := self._gather()) is not None:
-            self._running = True
             jobs = [job for job in jobs if not job.future.cancelled()]  # drop those whose request is over
             if jobs:
                 self._run(jobs)

@@ -31,6 +31,7 @@ def fold(graph: Path | bytes, batch: int) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # the optimiser's warnings about CastLike, as app/engine.py
+        options.intra_op_num_threads = 1  # it only rewrites the graph: no thread pool of every core per pass
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.add_free_dimension_override_by_name(contract.BATCH, batch)
         options.optimized_model_filepath = str(Path(tmp) / "folded.onnx")

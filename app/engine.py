@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # and fp32 costs a model this small no measurable time.
 PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
 CUDA_GRAPH_WARM_RUNS = 3  # ONNX Runtime runs a CUDA-graph session plainly before it captures, then replays
+LONE_PASSES = 3  # passes of the event loop before a lone request runs on it (Engine._lone)
 Outputs = dict[str, np.ndarray]  # contract output name -> array
 
 
@@ -144,7 +145,7 @@ class Engine:
         # run (threads that sleep between its parallel parts wait to be woken for each) and stopping at its end,
         # on the graph folded for its one image (fold: its shape arithmetic and constants computed once, here)
         wide = settings.lone_request_threads if board is not None and self._on_cpu else 0
-        self.capsnet_wide = self._session(fold(self.directory / self.capsnet_file, 1), wide) if wide else None
+        self.capsnet_wide = self._session(self._lone_graph(), wide) if wide else None
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
@@ -206,6 +207,15 @@ class Engine:
     def size(self) -> int:
         """Side of the model's square input (and of its reconstructions)."""
         return self.spec.size
+
+    def _lone_graph(self) -> str | bytes:
+        """The graph of a lone request's image: the served one folded for one image (fold), or as it is where
+        ONNX Runtime cannot fold it (logged)."""
+        try:
+            return fold(self.directory / self.capsnet_file, 1)
+        except Exception as exc:  # the optimiser's, or its temporary folder's
+            log.warning("model %s: a lone request runs the graph unfolded: %s", self.name, exc)
+            return self.capsnet_file
 
     def _session(self, graph: str | bytes, wide: int = 0) -> ort.InferenceSession:
         """A session of `graph` (a file of the model's folder, or a serialized graph) on the settings' threads,
@@ -324,13 +334,15 @@ class Engine:
         return outputs
 
     async def _lone(self, images: np.ndarray) -> bool:
-        """_alone, asked again once the requests that this worker's event loop has read have begun: a run on the
-        loop holds every request it has not started yet, which the board does not count. Two passes of the loop:
-        in the first it reads them (uvicorn makes a task of each), in the second their tasks begin, and each
-        counts itself on the board (app/middleware.py's BoardMiddleware) before it first waits."""
+        """_alone, asked again once the requests that have reached this worker meanwhile have begun: a run on the
+        event loop holds every request it has not started yet, which the board does not count. Three passes of
+        the loop (LONE_PASSES): in the first it reads them and uvicorn makes a task of each, in the second those
+        tasks begin, each counting itself on the board (app/middleware.py's BoardMiddleware) before it first
+        waits, and the third comes back here (asyncio's own loop and uvloop both run the callbacks a pass has
+        queued in the order they were queued)."""
         if not self._alone(images):
             return False
-        for _ in range(2):
+        for _ in range(LONE_PASSES):
             await asyncio.sleep(0)
         return self._alone(images)
 

@@ -1,6 +1,8 @@
 """Exception handlers: every client mistake is a 4xx with {"detail": "<a sentence>"}, the router's own 404 and
 405 included."""
 
+from types import MappingProxyType
+
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -12,7 +14,7 @@ from app.imaging import ImageError
 
 MAX_ERRORS_SHOWN = 5
 # what a 503 (a model warming up, a full queue) or a 504 tells the client: ask again in a second
-RETRY_AFTER = {"Retry-After": "1"}
+RETRY_AFTER = MappingProxyType({"Retry-After": "1"})  # read-only: every answer shares it
 
 
 def describe(errors) -> str:
