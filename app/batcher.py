@@ -10,8 +10,7 @@ call_soon_threadsafe per batch and loop: the fewest wake-ups and allocations a r
 
 Wait policy (`max_wait`, Triton's max_queue_delay): a batch waits up to max_wait after its first
 job arrived for more jobs, but only under load, i.e. when it already holds several jobs or the last
-batch did. A lone request at low load runs at once, so batching adds no latency there; one that is the
-server's only request can also run on its own thread (`run_here`), without the round trip.
+batch did. A lone request at low load runs at once, so batching adds no latency there.
 """
 
 import asyncio
@@ -94,7 +93,6 @@ class DynamicBatcher:
         self.metrics = metrics
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._held: _Job | None = None  # a job that did not fit in the last batch
-        self._running = False  # the batching thread holds jobs it has taken off the queue (_gather, _run)
         self._last_size = 1
         self._closed = False  # close() was called: jobs are refused, none would be run
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
@@ -136,26 +134,6 @@ class DynamicBatcher:
                 f"the model did not answer within {self.deadline:g} s (the server is overloaded); retry shortly"
             ) from None
 
-    def run_here(self, x: np.ndarray) -> list[np.ndarray] | None:
-        """x's outputs, run on the calling thread (a request's event loop, which waits for nothing else)
-        when the batcher holds no job: a lone request then saves the two thread wake-ups of a round trip
-        (benchmarks/cpu_profile.py's batcher hop). None when there are jobs to batch it with: submit it."""
-        if self._closed or self._running or self._held is not None or not self._queue.empty():
-            return None
-        start = time.monotonic()
-        outputs = list(self.run_batch(x))  # a failure is the request's own (its route answers 500)
-        self._observe(len(x), time.monotonic() - start)
-        if self.metrics:
-            self.metrics.queue_seconds.observe(0.0)  # it waited for no batch
-        return outputs
-
-    def _observe(self, rows: int, seconds: float) -> None:
-        self._last_size = rows
-        if self.metrics:
-            self.metrics.batch_size.labels(self.name).observe(rows)
-            self.metrics.inference_seconds.labels(self.name).observe(seconds)
-            self.metrics.queue_depth.set(self._queue.qsize())
-
     # --- the batching thread ---------------------------------------------------------------------
     def _next(self, timeout: float | None):
         """The held job, else the next queued one; None when none came within timeout."""
@@ -172,7 +150,6 @@ class DynamicBatcher:
         first = self._next(timeout=None)
         if first is _STOP:
             return None
-        self._running = True  # until _loop has run what it gathers
         jobs, rows = [first], len(first.x)
         deadline = first.enqueued + self.max_wait
         while rows < self.max_batch:
@@ -204,7 +181,6 @@ class DynamicBatcher:
             jobs = [job for job in jobs if not job.future.cancelled()]  # drop those whose request is over
             if jobs:
                 self._run(jobs)
-            self._running = False
         self._fail_waiting()
 
     def _run(self, jobs: list[_Job]) -> None:
@@ -216,7 +192,12 @@ class DynamicBatcher:
             log.exception("%s: a batch of %d job(s) failed", self.name, len(jobs))
             self._answer([(job, exc) for job in jobs])
             return
-        self._observe(len(x), time.monotonic() - start)
+        self._last_size = len(x)
+        elapsed = time.monotonic() - start
+        if self.metrics:
+            self.metrics.batch_size.labels(self.name).observe(len(x))
+            self.metrics.inference_seconds.labels(self.name).observe(elapsed)
+            self.metrics.queue_depth.set(self._queue.qsize())
         answers: list[tuple[_Job, Outcome]] = []
         offset = 0
         for job in jobs:

@@ -12,9 +12,8 @@ image for its only request, while every other worker has held no request for QUI
 session (app/engine.py: the default model's, every available core, spinning within the run). Under load
 a worker rarely holds one request alone, and the others are rarely quiet that long, so the sessions keep
 their shares (benchmarks/serve_bench.py measures both). While a worker serves alone, its event loop's
-thread and its batchers' threads also stay on one core of its own (Home): a lone request's single image runs on
-its event loop (app/engine.py), but its other runs (the decoder's, a sweep's batch) are handed from one to the
-other and back, and each hand-over wakes a thread, which is cheaper on the core the waker leaves idle
+thread and its batchers' threads also stay on one core of its own (Home): a lone request is handed from one
+to the other and back, and each hand-over wakes a thread, which is cheaper on the core the waker leaves idle
 than on another.
 """
 

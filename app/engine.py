@@ -12,7 +12,6 @@ max_batch precedes readiness (cuDNN picks its conv algorithms on first sight of 
 keeps that short).
 """
 
-import asyncio
 import ctypes
 import hashlib
 import json
@@ -41,7 +40,6 @@ log = logging.getLogger(__name__)
 # and fp32 costs a model this small no measurable time.
 PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
 CUDA_GRAPH_WARM_RUNS = 3  # ONNX Runtime runs a CUDA-graph session plainly before it captures, then replays
-LONE_PASSES = 3  # passes of the event loop before a lone request runs on it (Engine._lone)
 Outputs = dict[str, np.ndarray]  # contract output name -> array
 
 
@@ -326,31 +324,13 @@ class Engine:
             except Exception as exc:  # a replay that fails: plain runs from now on
                 self._no_cuda_graph(exc)
         rows = self.run_rows or len(images)
-        wide = self.capsnet_wide
-        session = wide if wide is not None and self._alone(images) else self.capsnet
+        session, wide, board = self.capsnet, self.capsnet_wide, self.board
+        if wide is not None and board is not None and len(images) == 1 and self.ready and board.alone():
+            session = wide  # not while warming up: a request then may be a test client's /ready
         outputs = memory.in_slices(lambda x: session.run(names, {contract.IMAGE: x}), images, rows)
         if session is wide and self.metrics:
             self.metrics.lone_runs.labels(self.name).inc()
         return outputs
-
-    async def _lone(self, images: np.ndarray) -> bool:
-        """_alone, asked again once the requests that have reached this worker meanwhile have begun: a run on the
-        event loop holds every request it has not started yet, which the board does not count. Three passes of
-        the loop (LONE_PASSES): in the first it reads them and uvicorn makes a task of each, in the second those
-        tasks begin, each counting itself on the board (app/middleware.py's BoardMiddleware) before it first
-        waits, and the third comes back here (asyncio's own loop and uvloop both run the callbacks a pass has
-        queued in the order they were queued)."""
-        if not self._alone(images):
-            return False
-        for _ in range(LONE_PASSES):
-            await asyncio.sleep(0)
-        return self._alone(images)
-
-    def _alone(self, images: np.ndarray) -> bool:
-        """Whether images are a single image of the server's only request, to run on every core (capsnet_wide;
-        not while warming up: a request then may be a test client's /ready)."""
-        wide, board = self.capsnet_wide, self.board
-        return wide is not None and board is not None and len(images) == 1 and self.ready and board.alone()
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
@@ -371,11 +351,7 @@ class Engine:
         """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests;
         with iterations, CAPSNET_ITERATION_OUTPUTS too (a ValueError when the graph has none)."""
         batcher, names = self._capsnet_runner(iterations)
-        x = images[:, None].astype(np.float32, copy=False)
-        # the server's only request runs here, on the event loop, which has nothing else to do meanwhile
-        outputs = batcher.run_here(x) if await self._lone(x) else None
-        if outputs is None:
-            outputs = await batcher.submit(x)
+        outputs = await batcher.submit(images[:, None].astype(np.float32, copy=False))
         return [{name: out[k] for name, out in zip(names, outputs, strict=True)} for k in range(len(images))]
 
     async def reconstruct(self, classes: np.ndarray, capsules: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ binary tensor data extension, what tritonclient sends by default): the header
 comes back the same way. A body sent as `Content-Type: application/json` is the JSON request alone.
 Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an unknown model, 503 while not
 ready or when the queue is full, 504 past the request deadline (503 and 504 with Retry-After). A body over
-the size limit is refused before the route reads it, as on every route (app/middleware.py: 413 `detail`).
+the size limit is the middleware's 413 `detail`, as on every route (app/middleware.py).
 
 The OpenAPI document has one infer operation per served graph, with that graph's own request schema
 (`document_infer`): every request it describes is one the route takes (its rows are those an answer of

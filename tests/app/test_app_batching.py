@@ -178,34 +178,6 @@ def test_a_lone_request_does_not_wait():
     b.close()
 
 
-def test_run_here_runs_on_the_callers_thread_only_while_the_batcher_holds_no_job():
-    """run_here: an idle batcher's job runs on the calling thread (a lone request's event loop, no hand-over),
-    counted in the metrics as a batch; while the batcher runs or holds jobs it declines (None), and the job
-    is submitted to be batched with them."""
-    model = FakeModel()
-    threads: list[str] = []
-    b = batcher(lambda x: (threads.append(threading.current_thread().name), model(x))[1])
-    x = np.ones((1, 3), np.float32)
-    outputs = b.run_here(x)
-    assert outputs is not None
-    np.testing.assert_array_equal(outputs[0], x * 2)
-    assert threads == [threading.current_thread().name] and model.sizes == [1]
-
-    async def while_busy():
-        model.gate.clear()
-        running = asyncio.ensure_future(b.submit(x))
-        await asyncio.sleep(0.05)  # the batching thread runs it, blocked in the model
-        declined = b.run_here(x)
-        model.gate.set()
-        await running
-        return declined
-
-    assert asyncio.run(while_busy()) is None and threads[1] == "batcher-fake"
-    assert b.run_here(x) is not None  # idle again
-    b.close()
-    assert b.run_here(x) is None  # closed: nothing runs
-
-
 def test_a_full_queue_refuses_more_jobs():
     model = FakeModel()
     b = batcher(model, max_queue=2)

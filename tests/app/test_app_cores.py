@@ -2,7 +2,6 @@
 while another worker holds a request or held one within QUIET_S, not while its own worker holds another;
 a dead worker's slot is taken over and its requests forgotten; the engine and the app use it."""
 
-import asyncio
 import os
 import re
 import subprocess
@@ -12,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-import uvloop
 from fastapi.testclient import TestClient
 
 from app import __main__ as serving
@@ -159,22 +157,14 @@ def test_a_graph_that_cannot_be_folded_serves_lone_requests_as_it_is(board_path,
 
 
 def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
-    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone, on the request's
-    event loop; the default model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
+    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone; the default
+    model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
     settings = Settings(models=["mnist", "fashion-mnist"], workers=2, providers=["CPUExecutionProvider"])
     app = create_app(settings)
     with TestClient(app) as client:
         wait_until_ready(client)
         engines = app.state.engines
         assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
-        wide, threads = engines["mnist"].capsnet_wide, []
-
-        class OnThread:  # the wide session, noting which thread runs it
-            def run(self, *args):
-                threads.append(threading.current_thread().name)
-                return wide.run(*args)
-
-        engines["mnist"].capsnet_wide = OnThread()
         before = lone_runs(client)
         for _ in range(3):
             answer = client.post(
@@ -182,47 +172,8 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
             )
             assert answer.status_code == 200
         assert lone_runs(client) - before == 3
-        # on the request's own event loop (Batcher.run_here): no hand-over to a batching thread and back
-        assert len(threads) == 3 and not any(name.startswith("batcher-") for name in threads)
         board = cores.this_worker()
         assert board is not None and board._requests[board.slot] == 0  # every request counted out
-
-
-@pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
-def test_a_request_read_while_the_loop_was_busy_has_begun_after_the_lone_passes(new_loop):
-    """Engine._lone asks the board again after LONE_PASSES passes of the event loop: by then a request whose
-    bytes came while the loop was busy (a lone request preparing its image) has begun, as uvicorn begins one
-    (a task made as its bytes are read, counted on the board at its start), on either loop. asyncio's own
-    loop needs all three."""
-    begun: list[bool] = []
-    tasks: list[asyncio.Task] = []
-
-    async def main() -> bool:
-        loop = asyncio.get_running_loop()
-
-        class Request(asyncio.Protocol):
-            def data_received(self, data: bytes) -> None:
-                tasks.append(loop.create_task(self.begin()))
-
-            async def begin(self) -> None:
-                begun.append(True)  # where BoardMiddleware counts, before its first wait
-
-        server = await loop.create_server(Request, "127.0.0.1", 0)
-        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
-        await asyncio.sleep(0.05)  # the connection accepted
-        writer.write(b"POST /predict HTTP/1.1\r\n\r\n")
-        time.sleep(0.05)  # the loop busy: the bytes wait in the socket
-        for _ in range(engine_module.LONE_PASSES):
-            await asyncio.sleep(0)
-        writer.close()
-        server.close()
-        return bool(begun)
-
-    loop = new_loop()
-    try:
-        assert loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 def affinity(tid: int) -> set[int]:
