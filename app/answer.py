@@ -37,6 +37,10 @@ INLINE_SIDE = 64
 # (< m- = 0.1) nor clearly present (> m+ = 0.9).
 UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
 
+# The parts of /predict's answer that the class capsules' outputs give (contract.CAPSULE_OUTPUTS); an answer
+# of no others is read from them alone (Engine.predict's lean)
+CAPSULE_PARTS = frozenset({"capsules"})
+
 
 # --- the image in ----------------------------------------------------------------------------------
 async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: int) -> imaging.Prepared:
@@ -60,15 +64,18 @@ def ranked(lengths: np.ndarray) -> np.ndarray:
     return np.argsort(-lengths, kind="stable")
 
 
-async def read(prepared: imaging.Prepared, engine: Engine, iterations: bool) -> tuple[Outputs, imaging.Prepared]:
-    """The model's outputs for the prepared input (with iterations, CAPSNET_ITERATION_OUTPUTS too). Of
+async def read(
+    prepared: imaging.Prepared, engine: Engine, iterations: bool, lean: bool = False
+) -> tuple[Outputs, imaging.Prepared]:
+    """The model's outputs for the prepared input (with iterations, CAPSNET_ITERATION_OUTPUTS too; lean: at
+    least the class capsules', contract.CAPSULE_OUTPUTS, all that the caller reads). Of
     several candidates (a drawing at several scales) the one its own answer explains best: the objects'
     capsules, each decoded alone (one decoder batch for every candidate), redraw the candidate with the
     least squared error per unit of its ink, the reconstruction test of section 6."""
     if prepared.candidates is None:
-        return await engine.predict(prepared.image, iterations), prepared
+        return await engine.predict(prepared.image, iterations, lean), prepared
     images = prepared.candidates
-    outputs = await engine.predict_many(images, iterations)
+    outputs = await engine.predict_many(images, iterations, lean)
     named = [ranked(out[contract.LENGTHS])[: engine.spec.objects] for out in outputs]
     drawings = await engine.reconstruct(
         np.concatenate(named),
@@ -182,7 +189,7 @@ async def predict(
     begun = time.perf_counter()
     prepared = await load_input(data, preprocess, engine, max_pixels)
     prepared_at = time.perf_counter()
-    outputs, prepared = await read(prepared, engine, ITERATIONS in include)
+    outputs, prepared = await read(prepared, engine, ITERATIONS in include, lean=include <= CAPSULE_PARTS)
     several = engine.spec.objects > 1 and "reconstruction" in include
     drawings = await draw_objects(outputs, engine) if several else None
     read_at = time.perf_counter()
@@ -256,10 +263,10 @@ async def explain(
     (app/imaging/transform.py) and read as one batch; with `reconstructions`, the decoder draws the
     followed capsule (default: the answer's) at every step in one more batch."""
     prepared = await load_input(data, preprocess, engine, max_pixels)
-    original, prepared = await read(prepared, engine, iterations=False)
+    original, prepared = await read(prepared, engine, iterations=False, lean=True)
     chosen = int(np.argmax(original[contract.LENGTHS])) if follow is None else follow
     images = await run_in_threadpool(sweep, prepared.image, transform, values)
-    outputs = await engine.predict_many(images)
+    outputs = await engine.predict_many(images, lean=True)
     drawings = None
     if "reconstructions" in include:
         capsules = np.stack([out[contract.CAPSULES][chosen] for out in outputs])

@@ -29,6 +29,7 @@ from app.batcher import DynamicBatcher
 from app.cores import Board, this_worker
 from app.cuda_graph import CudaGraph, fold
 from app.metrics import EngineMetrics
+from app.pruning import prune
 from app.settings import Settings
 from model import contract
 from model.card import read_serving
@@ -139,11 +140,15 @@ class Engine:
         )
         self.capsnet_file = contract.CAPSNET_INT8_ONNX if self.precision == "int8" else contract.CAPSNET_ONNX
         self.capsnet = self._session(self.capsnet_file)
+        self.lean_names = list(contract.CAPSULE_OUTPUTS)  # what a request for the class capsules alone fetches
         # A request alone on the server runs on every core (app/cores.py), its threads spinning within the
         # run (threads that sleep between its parallel parts wait to be woken for each) and stopping at its end,
         # on the graph folded for its one image (fold: its shape arithmetic and constants computed once, here)
         wide = settings.lone_request_threads if board is not None and self._on_cpu else 0
-        self.capsnet_wide = self._session(self._lone_graph(), wide) if wide else None
+        lone = self._lone_graph() if wide else None
+        self.capsnet_wide = self._session(lone, wide) if lone is not None else None
+        # and one whose answer reads only the class capsules, on that graph pruned to them (app/pruning.py)
+        self.capsnet_lean = self._lean_session(lone, wide) if lone is not None else None
         self._version = hashlib.sha256((self.directory / self.capsnet_file).read_bytes()).hexdigest()[:12]
         self.decoder = self._session(contract.DECODER_ONNX)
         self.iteration_names = self._check_contract()  # CAPSNET_ITERATION_OUTPUTS, or none (em, qp, older graphs)
@@ -180,6 +185,13 @@ class Engine:
             if self.iteration_names
             else None
         )
+        # Requests for the class capsules alone, while alone on the server, are batched apart too, so that
+        # their runs fetch only those: a single image then runs on capsnet_lean
+        self._lean_batcher = (
+            DynamicBatcher(partial(self._run_capsnet, names=self.lean_names), f"{name}_lean", *batching)
+            if self.capsnet_lean is not None
+            else None
+        )
         self._decoder_batcher = DynamicBatcher(
             self._run_decoder,
             f"{name}_decoder",
@@ -190,7 +202,9 @@ class Engine:
             deadline,
         )
         self._batchers = [
-            b for b in (self._capsnet_batcher, self._iterations_batcher, self._decoder_batcher) if b is not None
+            b
+            for b in (self._capsnet_batcher, self._iterations_batcher, self._lean_batcher, self._decoder_batcher)
+            if b is not None
         ]
         self._warmer = threading.Thread(target=self._warm_up_logged, name=f"warm-up-{name}", daemon=True)
         self.ready = False
@@ -214,6 +228,16 @@ class Engine:
         except Exception as exc:  # the optimiser's, or its temporary folder's
             log.warning("model %s: a lone request runs the graph unfolded: %s", self.name, exc)
             return self.capsnet_file
+
+    def _lean_session(self, graph: str | bytes, threads: int) -> ort.InferenceSession | None:
+        """A lone request's session (on `threads`) of `graph` pruned to the class capsules' outputs, or None
+        where it cannot be pruned (logged): such a request then runs on the wide session."""
+        try:
+            lean = prune(graph if isinstance(graph, bytes) else (self.directory / graph).read_bytes(), self.lean_names)
+        except Exception as exc:  # onnx's, reading a graph it does not know
+            log.warning("model %s: a lone request for the class capsules runs the whole graph: %s", self.name, exc)
+            return None
+        return self._session(lean, threads)
 
     def _session(self, graph: str | bytes, wide: int = 0) -> ort.InferenceSession:
         """A session of `graph` (a file of the model's folder, or a serialized graph) on the settings' threads,
@@ -313,7 +337,7 @@ class Engine:
     def _run_capsnet(self, images: np.ndarray, names: list[str]) -> list[np.ndarray]:
         """The graph's `names` outputs for images (n, 1, size, size), at most run_rows images a run; a single
         image of a plain request replayed as a CUDA graph (capsnet_graph), else, the server's only request, on
-        every core (capsnet_wide)."""
+        every core (capsnet_wide; capsnet_lean for the class capsules alone)."""
         graph = self.capsnet_graph
         if graph is not None and len(images) == 1 and names == self.output_names and self.ready:  # its batcher's
             try:
@@ -326,31 +350,36 @@ class Engine:
         rows = self.run_rows or len(images)
         session, wide, board = self.capsnet, self.capsnet_wide, self.board
         if wide is not None and board is not None and len(images) == 1 and self.ready and board.alone():
-            session = wide  # not while warming up: a request then may be a test client's /ready
+            # not while warming up: a request then may be a test client's /ready
+            session = self.capsnet_lean if names == self.lean_names and self.capsnet_lean is not None else wide
         outputs = memory.in_slices(lambda x: session.run(names, {contract.IMAGE: x}), images, rows)
-        if session is wide and self.metrics:
+        if session is not self.capsnet and self.metrics:
             self.metrics.lone_runs.labels(self.name).inc()
         return outputs
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
 
-    def _capsnet_runner(self, iterations: bool) -> tuple[DynamicBatcher, list[str]]:
-        """The CapsNet batcher for requests with or without the iteration outputs, and what it returns."""
+    def _capsnet_runner(self, iterations: bool, lean: bool = False) -> tuple[DynamicBatcher, list[str]]:
+        """The CapsNet batcher for requests with or without the iteration outputs, or for the class capsules
+        alone (while this request is alone on the server), and what it returns."""
+        if lean and not iterations and self._lean_batcher is not None and self.board is not None and self.board.alone():
+            return self._lean_batcher, self.lean_names
         if not iterations:
             return self._capsnet_batcher, self.output_names
         if self._iterations_batcher is None:
             raise ValueError(f"model {self.name}'s graph has no {', '.join(contract.CAPSNET_ITERATION_OUTPUTS)}")
         return self._iterations_batcher, self.every_output
 
-    async def predict(self, image: np.ndarray, iterations: bool = False) -> Outputs:
+    async def predict(self, image: np.ndarray, iterations: bool = False, lean: bool = False) -> Outputs:
         """One (size, size) float32 image in [0, 1] -> its outputs, batched with concurrent requests."""
-        return (await self.predict_many(image[None], iterations))[0]
+        return (await self.predict_many(image[None], iterations, lean))[0]
 
-    async def predict_many(self, images: np.ndarray, iterations: bool = False) -> list[Outputs]:
+    async def predict_many(self, images: np.ndarray, iterations: bool = False, lean: bool = False) -> list[Outputs]:
         """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests;
-        with iterations, CAPSNET_ITERATION_OUTPUTS too (a ValueError when the graph has none)."""
-        batcher, names = self._capsnet_runner(iterations)
+        with iterations, CAPSNET_ITERATION_OUTPUTS too (a ValueError when the graph has none); lean: the
+        caller reads only the class capsules (contract.CAPSULE_OUTPUTS), which may be all that comes back."""
+        batcher, names = self._capsnet_runner(iterations, lean)
         outputs = await batcher.submit(images[:, None].astype(np.float32, copy=False))
         return [{name: out[k] for name, out in zip(names, outputs, strict=True)} for k in range(len(images))]
 
@@ -381,14 +410,16 @@ class Engine:
 
     # --- life cycle ------------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """Run both graphs at batch 1 and at their largest batch (the wide session at batch 1), then mark the
-        engine ready."""
+        """Run both graphs at batch 1 and at their largest batch (the lone request's sessions at batch 1), then
+        mark the engine ready."""
         capsules = self.spec.class_capsules
         for n in sorted({1, self.settings.max_batch}):
             self._run_capsnet(np.zeros((n, 1, self.size, self.size), np.float32), self.every_output)
+        one = np.zeros((1, 1, self.size, self.size), np.float32)
         if self.capsnet_wide is not None:
-            one = np.zeros((1, 1, self.size, self.size), np.float32)
             self.capsnet_wide.run(self.every_output, {contract.IMAGE: one})
+        if self.capsnet_lean is not None:
+            self.capsnet_lean.run(self.lean_names, {contract.IMAGE: one})
         for n in sorted({1, self.settings.max_reconstruct_batch}):
             self._run_decoder(np.zeros((n, capsules.count, capsules.dim), np.float32))
         memory.release_freed_heap()

@@ -121,17 +121,17 @@ def get(url: str) -> bytes:
 
 
 def batches_run(base: str) -> tuple[int, float, int]:
-    """How many batches the server's default model has run so far, their session.run seconds in all, and how
-    many of them were single images replayed as a CUDA graph (GET /metrics)."""
+    """How many batches the server's default model has run so far (its batcher's and that of requests for the
+    class capsules alone, `mnist_lean`), their session.run seconds in all, and how many of them were single
+    images replayed as a CUDA graph (GET /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = get(f"{base}/metrics").decode()
-    samples = {
-        s.name: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.labels.get("model") == "mnist"
-    }
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.labels.get("model") in ("mnist", "mnist_lean"):
+                samples[s.name] = samples.get(s.name, 0.0) + s.value
     batches = int(samples.get("capsnet_batch_size_count", 0))
     seconds = samples.get("capsnet_inference_seconds_sum", 0.0)
     return batches, seconds, int(samples.get("capsnet_graph_replays_total", 0))

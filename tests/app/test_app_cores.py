@@ -122,12 +122,17 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
     assert (narrow.enable_mem_pattern, wide.enable_mem_pattern) == (False, True)
     assert engine.capsnet.get_inputs()[0].shape[0] == contract.BATCH
     assert engine.capsnet_wide.get_inputs()[0].shape == [1, 1, engine.size, engine.size]
+    # the lone request's session for the class capsules alone: the same threads, its graph pruned to them
+    assert engine.capsnet_lean is not None
+    lean = engine.capsnet_lean.get_session_options()
+    assert lean.intra_op_num_threads == 2 and lean.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert [o.name for o in engine.capsnet_lean.get_outputs()] == list(contract.CAPSULE_OUTPUTS)
     runs: list[str] = []
-    for name in ("capsnet", "capsnet_wide"):
+    for name in ("capsnet", "capsnet_wide", "capsnet_lean"):
         setattr(engine, name, Spy(getattr(engine, name), name, runs))
-    with board.request():  # alone, but warming up: its single images on its own session, the wide one warmed once
+    with board.request():  # alone, but warming up: its single images on its own session, the lone ones warmed once
         engine.warm_up()
-    assert runs.count("capsnet_wide") == 1 and runs[0] == "capsnet"
+    assert runs.count("capsnet_wide") == runs.count("capsnet_lean") == 1 and runs[0] == "capsnet"
     runs.clear()
     x = mnist_fixture[0][:2, None].astype(np.float32) / 255
     names = engine.output_names
@@ -136,11 +141,17 @@ def test_the_engine_runs_a_lone_image_on_every_core_and_nothing_else(board_path,
         assert runs == ["capsnet_wide"]
         pair = engine._run_capsnet(x, names)  # two images: a batch, never alone
         assert runs == ["capsnet_wide", "capsnet"]
+        capsules = engine._run_capsnet(x[:1], engine.lean_names)
+        assert runs[-1] == "capsnet_lean"
         with board.request():
             engine._run_capsnet(x[:1], names)  # a second request here
-        assert runs[-1] == "capsnet"
+            assert runs[-1] == "capsnet"
+            engine._run_capsnet(x[:1], engine.lean_names)
+            assert runs[-1] == "capsnet"
     for one, both in zip(alone, pair, strict=True):  # the same graph, folded: the same outputs, to float error
         np.testing.assert_allclose(one[0], both[0], atol=1e-5)
+    for name, lean_output in zip(engine.lean_names, capsules, strict=True):  # the same nodes, pruned of the others
+        np.testing.assert_allclose(lean_output, alone[names.index(name)], atol=1e-5)
     assert Engine("mnist", contract.SHIPPED["mnist"], settings).capsnet_wide is None  # no board: no lone runs
 
 
@@ -156,6 +167,39 @@ def test_a_graph_that_cannot_be_folded_serves_lone_requests_as_it_is(board_path,
     assert "runs the graph unfolded: no room for the optimised graph" in caplog.text
 
 
+def test_a_graph_that_cannot_be_pruned_serves_the_class_capsules_whole(board_path, two_cores, monkeypatch, caplog):
+    def refuse(graph, outputs):
+        raise ValueError("an operator onnx does not know")
+
+    monkeypatch.setattr(engine_module, "prune", refuse)
+    settings = Settings(models=["mnist"], workers=2, providers=["CPUExecutionProvider"])
+    board = cores.Board(board_path)
+    with caplog.at_level("WARNING", logger="app.engine"):
+        engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
+    assert engine.capsnet_wide is not None and engine.capsnet_lean is None
+    assert "a lone request for the class capsules runs the whole graph: an operator onnx does not know" in caplog.text
+    engine.warm_up()
+    with board.request():
+        assert engine._capsnet_runner(False, lean=True)[0] is engine._capsnet_batcher  # no lean batcher
+        runs: list[str] = []
+        engine.capsnet_wide = Spy(engine.capsnet_wide, "capsnet_wide", runs)
+        engine._run_capsnet(np.zeros((1, 1, engine.size, engine.size), np.float32), engine.lean_names)
+    assert runs == ["capsnet_wide"]
+
+
+def test_a_request_for_the_class_capsules_alone_takes_the_lean_batcher_only_while_alone(board_path, two_cores):
+    board = cores.Board(board_path)
+    settings = Settings(models=["mnist"], workers=2, providers=["CPUExecutionProvider"])
+    engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
+    plain, lean = engine._capsnet_batcher, engine._lean_batcher
+    assert lean is not None and lean is not plain
+    with board.request():
+        assert engine._capsnet_runner(False, lean=True) == (lean, engine.lean_names)
+        assert engine._capsnet_runner(False) == (plain, engine.output_names)  # the whole answer
+        with board.request():  # under load: one batcher, whose batches hold every request
+            assert engine._capsnet_runner(False, lean=True) == (plain, engine.output_names)
+
+
 def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
     """The app counts its request on the board (BoardMiddleware), so its engine runs it alone; the default
     model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
@@ -166,12 +210,16 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
         engines = app.state.engines
         assert engines["mnist"].capsnet_wide is not None and engines["fashion-mnist"].capsnet_wide is None
         before = lone_runs(client)
-        for _ in range(3):
+        runs: list[str] = []
+        for name in ("capsnet", "capsnet_wide", "capsnet_lean"):
+            setattr(engines["mnist"], name, Spy(getattr(engines["mnist"], name), name, runs))
+        for include in ("", "capsules", "capsules,routing"):
             answer = client.post(
-                "/predict?include=", content=multipart(digit_png()), headers={"Content-Type": MULTIPART}
+                f"/predict?include={include}", content=multipart(digit_png()), headers={"Content-Type": MULTIPART}
             )
             assert answer.status_code == 200
         assert lone_runs(client) - before == 3
+        assert runs == ["capsnet_lean", "capsnet_lean", "capsnet_wide"]  # the class capsules alone: the lean one
         board = cores.this_worker()
         assert board is not None and board._requests[board.slot] == 0  # every request counted out
 
@@ -238,7 +286,7 @@ def test_a_lone_request_keeps_the_serving_threads_home_and_load_lets_them_go(boa
     with TestClient(app) as client:
         wait_until_ready(client)
         home = app.state.home
-        assert len(home.threads) == 1 + 3  # the event loop's, and the batchers' of mnist: capsnet, iterations, decoder
+        assert len(home.threads) == 1 + 4  # the event loop's, and mnist's batchers: capsnet, iterations, lean, decoder
         assert home.threads[0] != threading.get_native_id()  # the test client's event loop runs on a thread of its own
 
         def predict():

@@ -1,5 +1,5 @@
 """What a worker holds (app/memory.py): runs in slices answer as one run would, the slices' sizes, and a
-worker with every shipped model holds under 450 MB of its own once it has run full batches of each."""
+worker with every shipped model holds under 475 MB of its own once it has run full batches of each."""
 
 import asyncio
 import json
@@ -13,7 +13,7 @@ from model import contract
 
 # A worker's own memory: its anonymous resident pages (RssAnon). Its resident library pages (RssFile: 60 MB
 # in one venv, 79 in another of the same packages) are page cache that every worker shares.
-OWN_LIMIT_MB = 450
+OWN_LIMIT_MB = 475
 WORKER = """
 import asyncio, json, numpy as np
 import app.main  # what a worker imports
@@ -50,9 +50,9 @@ def test_a_run_holds_the_votes_of_16_mnist_images(engines):
     assert rows == {"mnist": 16, "fashion-mnist": 16, "multimnist": 5, "affine": 4}
 
 
-def test_a_worker_with_every_model_holds_under_450_mb_of_its_own(tmp_path):
+def test_a_worker_with_every_model_holds_under_475_mb_of_its_own(tmp_path):
     """One of two workers, as `python -m app` starts them on two cores or more: on the board (app/cores.py),
-    so it holds its default model's session for lone requests too."""
+    so it holds its default model's two sessions for lone requests too (452 MB here, 427 without the lean one)."""
     env = {
         "CAPSNET_PROVIDERS": "CPUExecutionProvider",
         "CAPSNET_LOG_LEVEL": "warning",
