@@ -20,6 +20,8 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   session.run      a worker's session at batch 1 (`python -m app`'s default: its share of the cores)
   session.run alone  the session of a request alone on the server (app/cores.py: every core), where
                    there are several cores
+  session.run alone, the class capsules  the same for an answer of the class capsules alone (?include=):
+                   its graph pruned to them (app/pruning.py)
   render           the full JSON answer (two PNGs, orjson)
   render ?include= the answer of ?include= (the input's PNG, orjson)
   app layers       GET /health through the app in process: its middleware (request id, body limit,
@@ -195,6 +197,10 @@ def profile() -> dict:
     }
     if (wide := engine.capsnet_wide) is not None:
         stages["session.run alone"] = median_ms(lambda: wide.run(engine.output_names, {contract.IMAGE: x}))
+    if (lean := engine.capsnet_lean) is not None:
+        stages["session.run alone, the class capsules"] = median_ms(
+            lambda: lean.run(engine.lean_names, {contract.IMAGE: x})
+        )
     lone = engine.capsnet_wide or engine.capsnet
     stages["decode+prepare after a run"] = after_ms(lambda: lone.run(engine.output_names, {contract.IMAGE: x}), prepare)
 
