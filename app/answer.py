@@ -266,7 +266,7 @@ async def explain(
     original, prepared = await read(prepared, engine, iterations=False, lean=True)
     chosen = int(np.argmax(original[contract.LENGTHS])) if follow is None else follow
     images = await run_in_threadpool(sweep, prepared.image, transform, values)
-    outputs = await engine.predict_many(images, lean=True)
+    outputs = await engine.predict_many(images)
     drawings = None
     if "reconstructions" in include:
         capsules = np.stack([out[contract.CAPSULES][chosen] for out in outputs])

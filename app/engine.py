@@ -231,13 +231,14 @@ class Engine:
 
     def _lean_session(self, graph: str | bytes, threads: int) -> ort.InferenceSession | None:
         """A lone request's session (on `threads`) of `graph` pruned to the class capsules' outputs, or None
-        where it cannot be pruned (logged): such a request then runs on the wide session."""
+        where onnx cannot prune it or ONNX Runtime cannot load what it made (logged): such a request then runs
+        on the wide session."""
         try:
-            lean = prune(graph if isinstance(graph, bytes) else (self.directory / graph).read_bytes(), self.lean_names)
-        except Exception as exc:  # onnx's, reading a graph it does not know
+            whole = graph if isinstance(graph, bytes) else (self.directory / graph).read_bytes()
+            return self._session(prune(whole, self.lean_names), threads)
+        except Exception as exc:  # onnx's, reading a graph it does not know, or ONNX Runtime's
             log.warning("model %s: a lone request for the class capsules runs the whole graph: %s", self.name, exc)
             return None
-        return self._session(lean, threads)
 
     def _session(self, graph: str | bytes, wide: int = 0) -> ort.InferenceSession:
         """A session of `graph` (a file of the model's folder, or a serialized graph) on the settings' threads,
@@ -361,8 +362,8 @@ class Engine:
         return self.decoder.run(list(contract.DECODER_OUTPUTS), {contract.CAPSULES: capsules})
 
     def _capsnet_runner(self, iterations: bool, lean: bool = False) -> tuple[DynamicBatcher, list[str]]:
-        """The CapsNet batcher for requests with or without the iteration outputs, or for the class capsules
-        alone (while this request is alone on the server), and what it returns."""
+        """The CapsNet batcher for requests with or without the iteration outputs, or for a single image's class
+        capsules alone (lean, while this request is alone on the server), and what it returns."""
         if lean and not iterations and self._lean_batcher is not None and self.board is not None and self.board.alone():
             return self._lean_batcher, self.lean_names
         if not iterations:
@@ -379,7 +380,7 @@ class Engine:
         """Images (k, size, size) float32 in [0, 1] -> their outputs, one batch with concurrent requests;
         with iterations, CAPSNET_ITERATION_OUTPUTS too (a ValueError when the graph has none); lean: the
         caller reads only the class capsules (contract.CAPSULE_OUTPUTS), which may be all that comes back."""
-        batcher, names = self._capsnet_runner(iterations, lean)
+        batcher, names = self._capsnet_runner(iterations, lean and len(images) == 1)  # several: never on capsnet_lean
         outputs = await batcher.submit(images[:, None].astype(np.float32, copy=False))
         return [{name: out[k] for name, out in zip(names, outputs, strict=True)} for k in range(len(images))]
 

@@ -51,6 +51,12 @@ def lone_runs(client) -> float:
     return float(found.group(1)) if found else 0.0  # none yet: no sample
 
 
+def batches(client, batcher: str) -> float:
+    """capsnet_batch_size_count of one batcher (its `model` label), from the app's GET /metrics."""
+    found = re.search(rf'^capsnet_batch_size_count\{{model="{batcher}"\}} (\S+)$', client.get("/metrics").text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def wait_until_ready(client, seconds: float = 120) -> None:
     """Until the app's GET /ready answers 200 (its models warmed up in the background), at most `seconds`."""
     deadline = time.monotonic() + seconds
@@ -167,17 +173,25 @@ def test_a_graph_that_cannot_be_folded_serves_lone_requests_as_it_is(board_path,
     assert "runs the graph unfolded: no room for the optimised graph" in caplog.text
 
 
-def test_a_graph_that_cannot_be_pruned_serves_the_class_capsules_whole(board_path, two_cores, monkeypatch, caplog):
-    def refuse(graph, outputs):
-        raise ValueError("an operator onnx does not know")
+def unknown_operator(graph, outputs):
+    raise ValueError("an operator onnx does not know")
 
-    monkeypatch.setattr(engine_module, "prune", refuse)
+
+@pytest.mark.parametrize(
+    "pruned, why",
+    [(unknown_operator, "an operator onnx does not know"), (lambda graph, outputs: b"not a graph", "INVALID_PROTOBUF")],
+    ids=["onnx refuses", "onnx runtime refuses"],
+)
+def test_a_graph_that_cannot_be_pruned_serves_the_class_capsules_whole(
+    pruned, why, board_path, two_cores, monkeypatch, caplog
+):
+    monkeypatch.setattr(engine_module, "prune", pruned)
     settings = Settings(models=["mnist"], workers=2, providers=["CPUExecutionProvider"])
     board = cores.Board(board_path)
     with caplog.at_level("WARNING", logger="app.engine"):
         engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
     assert engine.capsnet_wide is not None and engine.capsnet_lean is None
-    assert "a lone request for the class capsules runs the whole graph: an operator onnx does not know" in caplog.text
+    assert "a lone request for the class capsules runs the whole graph" in caplog.text and why in caplog.text
     engine.warm_up()
     with board.request():
         assert engine._capsnet_runner(False, lean=True)[0] is engine._capsnet_batcher  # no lean batcher
@@ -201,8 +215,8 @@ def test_a_request_for_the_class_capsules_alone_takes_the_lean_batcher_only_whil
 
 
 def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
-    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone; the default
-    model only has the wide session (another costs a worker 50 MB for an fp32 graph)."""
+    """The app counts its request on the board (BoardMiddleware), so its engine runs it alone; only the default
+    model has the lone requests' sessions (another model's would cost a worker 50 MB for an fp32 graph)."""
     settings = Settings(models=["mnist", "fashion-mnist"], workers=2, providers=["CPUExecutionProvider"])
     app = create_app(settings)
     with TestClient(app) as client:
@@ -220,6 +234,16 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
             assert answer.status_code == 200
         assert lone_runs(client) - before == 3
         assert runs == ["capsnet_lean", "capsnet_lean", "capsnet_wide"]  # the class capsules alone: the lean one
+        runs.clear()
+        lean_batches = batches(client, "mnist_lean")
+        answer = client.post(
+            "/explain?transform=shear&steps=5&include=", files={"file": ("digit.png", digit_png(), "image/png")}
+        )
+        assert answer.status_code == 200
+        assert runs == ["capsnet_lean", "capsnet"]  # its image alone, then its sweep: a batch, on the worker's own
+        # the sweep through the model's batcher: a batch of several on the lean one would keep its next lone
+        # request waiting max_wait for company (app/batcher.py's wait under load)
+        assert batches(client, "mnist_lean") - lean_batches == 1
         board = cores.this_worker()
         assert board is not None and board._requests[board.slot] == 0  # every request counted out
 
