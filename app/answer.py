@@ -68,14 +68,14 @@ async def read(
     prepared: imaging.Prepared, engine: Engine, iterations: bool, lean: bool = False
 ) -> tuple[Outputs, imaging.Prepared]:
     """The model's outputs for the prepared input (with iterations, CAPSNET_ITERATION_OUTPUTS too; lean: at
-    least the class capsules', contract.CAPSULE_OUTPUTS, all that the caller reads). Of
+    least the class capsules', contract.CAPSULE_OUTPUTS, all that the caller reads of a single image). Of
     several candidates (a drawing at several scales) the one its own answer explains best: the objects'
     capsules, each decoded alone (one decoder batch for every candidate), redraw the candidate with the
     least squared error per unit of its ink, the reconstruction test of section 6."""
     if prepared.candidates is None:
         return await engine.predict(prepared.image, iterations, lean), prepared
     images = prepared.candidates
-    outputs = await engine.predict_many(images, iterations, lean)
+    outputs = await engine.predict_many(images, iterations)
     named = [ranked(out[contract.LENGTHS])[: engine.spec.objects] for out in outputs]
     drawings = await engine.reconstruct(
         np.concatenate(named),
