@@ -238,6 +238,8 @@ def bench_default_and_template(
                     figures = hey(url, sent, clients, seconds) if batching == "template" else None
                     run = figures or loaded(base, path, url, sent, clients, seconds)
                     runs.setdefault((batching, path, include, clients), []).append(run)
+                    case = {"batching": batching, "endpoint": path, "include": include, "clients": clients}
+                    print(json.dumps({**case, "round": turn + 1, **run}), flush=True)  # a cut lease keeps the log
         port = services["default"][0]
         stages = [
             {"include": include, **server_stages(port, f"{path}{query}", body, STAGE_REQUESTS)}
@@ -248,11 +250,10 @@ def bench_default_and_template(
         for process in (*apps.values(), template):
             process.terminate()
             process.wait(60)
-    rows = []
-    for (batching, path, include, clients), measured in runs.items():
-        row = {"batching": batching, "endpoint": path, "include": include, "clients": clients}
-        rows.append({**row, **median_round(measured)})
-        print(json.dumps(rows[-1]), flush=True)
+    rows = [
+        {"batching": batching, "endpoint": path, "include": include, "clients": clients, **median_round(measured)}
+        for (batching, path, include, clients), measured in runs.items()
+    ]
     return rows, stages
 
 
