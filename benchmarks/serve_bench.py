@@ -557,6 +557,8 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--out", type=Path, default=RESULTS / "serve_bench.json", help="the JSON (and its .md beside it)")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if args.serve is not None:
         serve(args.serve, {int(c) for c in args.cores.split(",")})
         return {}

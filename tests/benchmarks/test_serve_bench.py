@@ -75,3 +75,9 @@ def test_a_run_cut_short_leaves_the_rows_it_measured(tmp_path, monkeypatch):
     kept = json.loads(out.read_text())
     assert kept["unfinished"] is True and kept["rows"] == [row, row] and kept["bare"] == [bare, bare]
     assert kept["providers"] == ["CUDAExecutionProvider"] and not out.with_suffix(".md").exists()
+
+
+def test_rounds_must_be_at_least_one(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        serve_bench.main(["--rounds", "0"])
+    assert exit_.value.code == 2 and "--rounds must be at least 1" in capsys.readouterr().err
