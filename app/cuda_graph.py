@@ -21,19 +21,21 @@ from model import contract
 FOLDING_PASSES = 5  # at most; the shipped graphs stop changing after two
 
 
-def fold(graph: Path | bytes, batch: int) -> bytes:
-    """graph (an ONNX file, or its bytes) with its batch axis fixed to `batch` and its constants folded until
-    nothing more folds: ONNX Runtime's basic optimiser (provider-independent, run on the CPU), its result fed
-    back to it until it stops changing. The first pass folds the shape arithmetic that the fixed batch makes
-    constant; the second folds what the first cannot see as constant yet (the exporter's CastLike nodes,
-    which it inlines as Casts of constants after folding, the Range they feed, and the first routing
-    iteration's softmax of zero logits); a third changes nothing in the shipped graphs."""
+def fold(graph: Path | bytes, batch: int | None) -> bytes:
+    """graph (an ONNX file, or its bytes) with its batch axis fixed to `batch` (None: left free) and its
+    constants folded until nothing more folds: ONNX Runtime's basic optimiser (provider-independent, run on
+    the CPU), its result fed back to it until it stops changing. The first pass folds the shape arithmetic
+    that the fixed batch makes constant; the second folds what the first cannot see as constant yet (the
+    exporter's CastLike nodes, which it inlines as Casts of constants after folding, the Range they feed,
+    and the first routing iteration's softmax of zero logits); a third changes nothing in the shipped
+    graphs."""
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # the optimiser's warnings about CastLike, as app/engine.py
         options.intra_op_num_threads = 1  # it only rewrites the graph: no thread pool of every core per pass
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.add_free_dimension_override_by_name(contract.BATCH, batch)
+        if batch is not None:
+            options.add_free_dimension_override_by_name(contract.BATCH, batch)
         options.optimized_model_filepath = str(Path(tmp) / "folded.onnx")
         model = graph if isinstance(graph, bytes) else str(graph)
         for _ in range(FOLDING_PASSES):

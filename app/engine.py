@@ -26,6 +26,7 @@ import onnxruntime as ort
 
 from app import memory
 from app.batcher import DynamicBatcher
+from app.conv_matmul import conv_as_matmul
 from app.cores import Board, this_worker
 from app.cuda_graph import CudaGraph, fold
 from app.metrics import EngineMetrics
@@ -266,7 +267,8 @@ class Engine:
             log.debug("model %s runs on %s: no CUDA graph", self.name, provider)
             return None
         try:
-            model = fold(self.directory / self.capsnet_file, 1)
+            # folded for one image, PrimaryCaps' convolution a matrix product there (app/conv_matmul.py)
+            model = conv_as_matmul(fold(self.directory / self.capsnet_file, 1))
             return CudaGraph(model, self.output_names, (provider, PROVIDER_OPTIONS[provider]))
         except Exception as exc:  # ONNX Runtime refuses a capture while a node runs on the CPU
             self._no_cuda_graph(exc)

@@ -3,9 +3,10 @@ PyTorch's profiler (CUPTI records every kernel of the process, ONNX Runtime's in
 
 $ python3 -m benchmarks.cuda_kernels --out $OUT/cuda_kernels.json    # on a GPU, with PyTorch (the GPU machine's)
 
-The served fp32 graph folded for batch 1 (app/cuda_graph.py's fold), replayed as the engine replays a single
-image (CudaGraph, the service's provider options), beside the same under TF32 and in fp16
-(benchmarks/run_binding.py's variants). For each: the replay's median wall time after warm-up (the capture
+The served fp32 graph folded for batch 1 (app/cuda_graph.py's fold), PrimaryCaps' convolution a matmul of its
+patches (app/conv_matmul.py), replayed as the engine replays a single image (CudaGraph, the service's
+provider options), beside the folded graph as it is, under TF32 and in fp16 (benchmarks/run_binding.py's
+variants). For each: the replay's median wall time after warm-up (the capture
 included), then --runs replays under the profiler, and per name (a kernel, a copy or a memset) its launches
 and GPU µs per replay. The sum of their µs beside the wall time tells a run bound by its kernels from one
 bound by the gaps between them (launches, the host); a profiler that sees none says so. Writes
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.conv_matmul import conv_as_matmul
 from app.cuda_graph import fold
 from app.engine import cuda_devices
 from benchmarks.report import write_report
@@ -30,7 +32,8 @@ from tests.harness import machine
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 PROVIDER = "CUDAExecutionProvider"
-VARIANTS = ("cuda graph", "cuda graph, TF32", "cuda graph, fp16")
+VARIANTS = ("cuda graph, conv as matmul", "cuda graph", "cuda graph, TF32", "cuda graph, fp16")
+GRAPHS = {"fp32": lambda g: g, "fp16": half, "matmul": conv_as_matmul}  # each variant's graph from the folded one
 SHOWN = 15  # names a variant's table lists, the longest first
 NAME_CHARS = 90  # cuDNN's and cuBLAS's kernel names are long templates
 
@@ -70,7 +73,7 @@ def measure(graph: Path, runs: int) -> list[dict]:
     for variant in VARIANTS:
         options, precision = CUDA_VARIANTS.get(variant, ({}, "fp32"))
         try:
-            step = cuda_graph(half(fixed) if precision == "fp16" else fixed, x, PROVIDER, options)
+            step = cuda_graph(GRAPHS[precision](fixed), x, PROVIDER, options)
             wall, _ = timed(step, runs)  # its warm-up runs capture the graph, as the engine's do
             seen = profiled(step, runs)
             if not seen:

@@ -5,6 +5,8 @@ $ python -m benchmarks.run_binding                       # CUDA where onnxruntim
 $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 --runs 20 --out r.json
 
   run          session.run with numpy in and out, as app/engine.py runs it
+  conv as matmul  session.run of the graph with PrimaryCaps' convolution as one matrix product of its patches
+               (app/conv_matmul.py), its batch axis free as the batcher's sessions run it
   binding      I/O binding: the input bound from numpy, the outputs bound on the provider's device and
                copied back to numpy after the run (the host needs them to write the answer)
   fixed batch  session.run of app/cuda_graph.py's fold(): the graph with its batch axis fixed to the
@@ -12,19 +14,19 @@ $ python -m benchmarks.run_binding --provider CPUExecutionProvider --batches 1 -
                folds (the report gives each graph's nodes; on a GPU each node is a kernel launch).
   fixed batch, fp16  the same graph with its weights and arithmetic in fp16, its input and outputs float32
                (ONNX Runtime's converter, `half`): what half precision costs the outputs (the last column)
-  fixed batch, conv as matmul  the same graph with PrimaryCaps' convolution as one matrix product of its
-               patches (conv_as_matmul): how a GEMM library's split of its long dot products compares with the
-               convolution's kernel, at a batch too small to fill the device otherwise
-  cuda graph   (CUDA only) app/cuda_graph.py's CudaGraph, as the engine replays a single image
-               (Settings.cuda_graph): the provider's enable_cuda_graph on the same folded graph (a captured
+  fixed batch, conv as matmul  the folded graph with that convolution as a matrix product: how a GEMM
+               library's split of its long dot products compares with the convolution's kernel, at a batch
+               too small to fill the device otherwise
+  cuda graph   (CUDA only) app/cuda_graph.py's CudaGraph, the engine's replay of a single image
+               (Settings.cuda_graph), of the folded graph: the provider's enable_cuda_graph (a captured
                graph has one shape), input and outputs bound to fixed device buffers, the graph captured after
                ONNX Runtime's first runs and replayed from then on; the input copied in place and the outputs
                copied back each run. ONNX Runtime refuses the capture when a node still runs on the CPU: the
                reason is reported instead of a time, with the nodes its log places on the CPU.
   cuda graph, fp16 / conv as matmul / TF32 / exhaustive search  (CUDA only) the same of the fp16 graph, of
-               the graph with its convolution as a matmul, with TF32 convolutions and matmuls (use_tf32 1), with
-               cuDNN's convolution algorithms timed rather than guessed (cudnn_conv_algo_search EXHAUSTIVE):
-               what each would take off a single image's run
+               the graph with its convolution as a matmul (the graph the engine replays), with TF32
+               convolutions and matmuls (use_tf32 1), with cuDNN's convolution algorithms timed rather than
+               guessed (cudnn_conv_algo_search EXHAUSTIVE): what each would take off a single image's run
 Each variant's outputs are compared with plain run's (largest |difference|). Medians of --runs runs after
 warm-up, with the service's provider options (app/engine.py's PROVIDER_OPTIONS) unless the variant names
 others. Writes benchmarks/results/run_binding.json and .md. Not a test: the figures that matter need a GPU.
@@ -44,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from app.conv_matmul import conv_as_matmul
 from app.cuda_graph import CudaGraph, fold
 from app.engine import PROVIDER_OPTIONS, cuda_devices
 from benchmarks.cpu_profile import median_ms
@@ -155,8 +158,8 @@ def binding(sess: ort.InferenceSession, x: np.ndarray, device: str) -> Callable[
     return step
 
 
-def fixed_batch(graph: bytes, provider: str, x: np.ndarray) -> Callable[[], list[np.ndarray]]:
-    """session.run of the graph folded for x's batch (fold) on provider."""
+def run_of(graph: bytes, provider: str, x: np.ndarray) -> Callable[[], list[np.ndarray]]:
+    """session.run of a serialized graph (the folded graph of x's batch, or a rewrite) on provider."""
     return plain(session(graph, provider), x)
 
 
@@ -167,80 +170,6 @@ def half(graph: bytes) -> bytes:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     return convert_float_to_float16(onnx.load_from_string(graph), keep_io_types=True).SerializeToString()
-
-
-def conv_as_matmul(graph: bytes, min_reduction: int = 4096) -> bytes:
-    """graph with each unpadded, ungrouped convolution whose dot products are at least `min_reduction` long (C x
-    kh x kw: PrimaryCaps', 256 x 9 x 9 = 20,736) written as one matrix product of its patches: the input's
-    pixels gathered into (N, OH*OW, C*kh*kw) rows by a Gather of fixed indices, then MatMul with the weights
-    as (C*kh*kw, O) and the bias added. At batch 1 such a convolution has only OH*OW x O = 36 x 256 outputs,
-    each a sum of 20,736 products; a GEMM library splits that sum over the GPU's cores (split-K) where an
-    implicit-GEMM convolution may give each block of outputs to one core. The graph's shapes must be fixed
-    (fold's); a convolution without them stays as it is."""
-    import onnx
-    from onnx import helper, numpy_helper, shape_inference
-
-    model = shape_inference.infer_shapes(onnx.load_from_string(graph))
-    infos = [*model.graph.value_info, *model.graph.input, *model.graph.output]
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in infos}
-    weights = {w.name: w for w in model.graph.initializer}
-    nodes = []
-    for node in model.graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight = weights.get(node.input[1]) if node.op_type == "Conv" else None
-        shape = shapes.get(node.input[0], [])
-        if (
-            weight is None
-            or len(weight.dims) != 4
-            or attrs.get("group", 1) != 1
-            or any(attrs.get("pads", [0]))
-            or any(d != 1 for d in attrs.get("dilations", [1]))
-            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID")
-            or len(shape) != 4
-            or not all(shape)
-            or int(np.prod(weight.dims[1:])) < min_reduction
-        ):
-            nodes.append(node)
-            continue
-        (n, c, h, w), (o, _, kh, kw) = shape, weight.dims
-        sy, sx = attrs.get("strides", [1, 1])
-        oh, ow = (h - kh) // sy + 1, (w - kw) // sx + 1
-        rows = (np.arange(oh)[:, None] * sy + np.arange(kh)[None]) * w  # (oh, kh): each patch row's first pixel
-        cols = np.arange(ow)[:, None] * sx + np.arange(kw)[None]  # (ow, kw)
-        index = (rows[:, None, :, None] + cols[None, :, None, :]).reshape(oh * ow, kh * kw)
-        name = node.output[0]
-        matrix = numpy_helper.to_array(weight).reshape(o, c * kh * kw).T
-        consts = {
-            f"{name}_flat": np.array([n, c, h * w], np.int64),
-            f"{name}_index": index.astype(np.int64),
-            f"{name}_rows": np.array([n, oh * ow, c * kh * kw], np.int64),
-            f"{name}_weight": np.ascontiguousarray(matrix),
-            f"{name}_out": np.array([n, o, oh, ow], np.int64),
-        }
-        model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
-        t = [f"{name}_{step}" for step in ("pixels", "patches", "moved", "matrix", "product", "biased", "back")]
-        nodes += [
-            helper.make_node("Reshape", [node.input[0], f"{name}_flat"], [t[0]]),
-            helper.make_node("Gather", [t[0], f"{name}_index"], [t[1]], axis=2),  # (n, c, oh*ow, kh*kw)
-            helper.make_node("Transpose", [t[1]], [t[2]], perm=[0, 2, 1, 3]),  # (n, oh*ow, c, kh*kw)
-            helper.make_node("Reshape", [t[2], f"{name}_rows"], [t[3]]),
-            helper.make_node("MatMul", [t[3], f"{name}_weight"], [t[4]]),  # (n, oh*ow, o)
-        ]
-        last = t[4]
-        if len(node.input) > 2 and node.input[2]:
-            nodes.append(helper.make_node("Add", [t[4], node.input[2]], [t[5]]))
-            last = t[5]
-        nodes += [
-            helper.make_node("Transpose", [last], [t[6]], perm=[0, 2, 1]),
-            helper.make_node("Reshape", [t[6], f"{name}_out"], [name]),
-        ]
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    used = {i for node in model.graph.node for i in node.input}
-    kept = [w for w in model.graph.initializer if w.name in used]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    return model.SerializeToString()
 
 
 def cuda_graph(graph: bytes, x: np.ndarray, provider: str, options: dict | None = None) -> Callable[[], list]:
@@ -269,6 +198,7 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
     base = session(graph, provider)
     rng = np.random.default_rng(0)
     free_nodes = node_count(graph)
+    free_matmul = conv_as_matmul(fold(graph, None))  # its batch axis free, as the batcher's sessions run it
     for batch in batches:
         x = rng.random((batch, 1, contract.IMAGE_SIZE, contract.IMAGE_SIZE), np.float32)
         ms, expected = timed(plain(base, x), runs)
@@ -282,12 +212,14 @@ def measure(graph: Path, provider: str, batches: list[int], runs: int) -> list[d
             graphs["fp16"] = (None, None, f"no fp16 graph: {exc}")
         unfolded = conv_as_matmul(fixed)
         graphs["matmul"] = (unfolded, node_count(unfolded), "")
+        graphs["free matmul"] = (free_matmul, node_count(free_matmul), "")
         # each variant: the graph it runs (None: the session's own) and how to make its step of that graph
         variants: dict[str, tuple[str | None, Callable[..., Callable[[], list[np.ndarray]]]]] = {
             "binding": (None, partial(binding, base, x, device_of(provider))),
-            "fixed batch": ("fp32", partial(fixed_batch, provider=provider, x=x)),
-            "fixed batch, fp16": ("fp16", partial(fixed_batch, provider=provider, x=x)),
-            "fixed batch, conv as matmul": ("matmul", partial(fixed_batch, provider=provider, x=x)),
+            "conv as matmul": ("free matmul", partial(run_of, provider=provider, x=x)),
+            "fixed batch": ("fp32", partial(run_of, provider=provider, x=x)),
+            "fixed batch, fp16": ("fp16", partial(run_of, provider=provider, x=x)),
+            "fixed batch, conv as matmul": ("matmul", partial(run_of, provider=provider, x=x)),
         }
         if provider == "CUDAExecutionProvider":
             variants["cuda graph"] = ("fp32", partial(cuda_graph, x=x, provider=provider))

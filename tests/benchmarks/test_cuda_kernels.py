@@ -48,3 +48,11 @@ def test_without_cuda_it_says_what_it_needs(tmp_path):
         pytest.skip("a GPU is here")
     with pytest.raises(SystemExit, match="needs onnxruntime-gpu and a CUDA device"):
         cuda_kernels.main(["--out", str(tmp_path / "k.json")])
+
+
+def test_every_variant_has_its_graph():
+    """Each variant names run_binding's options and a graph made from the folded one; the engine's (the
+    convolution as a matmul) comes first."""
+    assert cuda_kernels.VARIANTS[0] == "cuda graph, conv as matmul"
+    for variant in cuda_kernels.VARIANTS:
+        assert cuda_kernels.CUDA_VARIANTS.get(variant, ({}, "fp32"))[1] in cuda_kernels.GRAPHS
