@@ -6,7 +6,8 @@ convolution kernel gives each block of outputs to one of the GPU's cores, so a f
 GEMM library splits such long sums over many (split-K). Written as a Gather of each output's patch and one
 MatMul, the same arithmetic on an H200 replays a single image's CUDA graph in 0.29 ms against 1.03 ms, its
 outputs within 3e-7 (benchmarks/results/run_binding_cuda.md). app/engine.py replays a single image on CUDA
-through a graph made so (app/cuda_graph.py).
+through a graph made so (app/cuda_graph.py). On the CPU ONNX Runtime's own convolution is twice as fast as
+the rewrite (benchmarks/results/run_binding.md), so CPU sessions keep the graph as it is.
 """
 
 import numpy as np
