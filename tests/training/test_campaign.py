@@ -230,3 +230,15 @@ def test_the_pairs_runs_move_their_digits_as_the_paper_says_and_as_the_authors_r
     assert TrainConfig(**paper.train).pair_shift == pairs.MAX_SHIFT
     assert TrainConfig(**released.train).pair_shift == pairs.RELEASED_SHIFT
     assert released.kind == "pairs" and released.start == "multimnist"
+
+
+def test_the_unscaled_pairs_run_differs_from_the_shipped_run_in_its_scale_alone():
+    """Beside MultiMNIST's run (pairs scaled 0.8-1.2, for drawn pairs) the same run on unscaled pairs, as the
+    paper's and the test's are: from the same weights, with the same settings otherwise, and never shipped
+    (the served model reads drawn pairs of any size)."""
+    runs = {spec.name: spec for spec in plan.PLAN}
+    scaled, unscaled = runs["multimnist"], runs["multimnist-unscaled"]
+    assert TrainConfig(**scaled.train).scale == 0.2 and TrainConfig(**unscaled.train).scale == 0.0
+    assert {k: v for k, v in scaled.train.items() if k != "scale"} == unscaled.train
+    assert (unscaled.kind, unscaled.start, unscaled.ships) == ("pairs", "multimnist", None)
+    assert [spec.name for spec in plan.PLAN[:2]] == ["multimnist", "multimnist-unscaled"]
