@@ -267,9 +267,19 @@ class Engine:
             log.debug("model %s runs on %s: no CUDA graph", self.name, provider)
             return None
         try:
-            # folded for one image, PrimaryCaps' convolution a matrix product there (app/conv_matmul.py)
-            model = conv_as_matmul(fold(self.directory / self.capsnet_file, 1))
-            return CudaGraph(model, self.output_names, (provider, PROVIDER_OPTIONS[provider]))
+            folded = fold(self.directory / self.capsnet_file, 1)
+        except Exception as exc:  # the optimiser's, or its temporary folder's
+            self._no_cuda_graph(exc)
+            return None
+        options = (provider, PROVIDER_OPTIONS[provider])
+        try:  # PrimaryCaps' convolution a matrix product (app/conv_matmul.py)
+            return CudaGraph(conv_as_matmul(folded), self.output_names, options)
+        except Exception as exc:  # onnx cannot read a graph of the user's, or ONNX Runtime cannot take its rewrite
+            log.warning(
+                "model %s: its CUDA graph replays the folded graph, its convolutions as they are: %s", self.name, exc
+            )
+        try:
+            return CudaGraph(folded, self.output_names, options)
         except Exception as exc:  # ONNX Runtime refuses a capture while a node runs on the CPU
             self._no_cuda_graph(exc)
             return None

@@ -85,3 +85,31 @@ def test_the_engines_cuda_graph_replays_the_rewritten_graph(monkeypatch, images)
     assert ops(model).count("Conv") == 1 and "MatMul" in ops(model)
     for got, want in zip(run(model, images[:1]), run(GRAPH.read_bytes(), images[:1]), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("fails", ["rewrite", "session"])
+def test_the_engines_cuda_graph_replays_the_folded_graph_where_the_rewrite_fails(monkeypatch, caplog, fails):
+    """A graph onnx cannot rewrite, or whose rewrite ONNX Runtime makes no CUDA graph's session of, still has its
+    single images replayed as a CUDA graph: of the graph folded for one image, its convolutions as they are."""
+    made = []
+
+    class Recorder:
+        def __init__(self, model: bytes, names: list[str], provider: tuple[str, dict]):
+            if fails == "session" and ops(model).count("Conv") == 1:  # the rewrite's
+                raise RuntimeError("no session of this graph")
+            made.append(model)
+
+    def no_rewrite(graph: bytes) -> bytes:
+        raise ValueError("this graph cannot be rewritten")
+
+    settings = Settings(
+        models=["mnist"], workers=1, providers=["CPUExecutionProvider"], cuda_graph=False, precision="fp32"
+    )
+    engine = Engine("mnist", contract.SHIPPED["mnist"], settings)
+    monkeypatch.setattr(engine_module, "CudaGraph", Recorder)
+    if fails == "rewrite":
+        monkeypatch.setattr(engine_module, "conv_as_matmul", no_rewrite)
+    monkeypatch.setattr(engine.capsnet, "get_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert isinstance(engine._cuda_graph(), Recorder)
+    assert [ops(model) for model in made] == [ops(fold(GRAPH, 1))]
+    assert "replays the folded graph, its convolutions as they are" in caplog.text
