@@ -6,6 +6,7 @@ $ curl -F file=@digit.png localhost:8000/predict
 
 import gc
 import threading
+import warnings
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -44,6 +45,12 @@ def one_thread_for_pictures() -> None:
     cv2.setNumThreads(1)
 
 
+def quiet_pillow() -> None:
+    """Pillow's warnings are about a client's file (a corrupt EXIF block, say), which the answer speaks for: they
+    are not printed to the server's log, with the library's paths."""
+    warnings.filterwarnings("ignore", module=r"PIL\.")
+
+
 def freeze_what_it_holds() -> None:
     """What the worker holds once started (the app, the models' sessions, the libraries: some 97,000 objects
     with mnist alone) leaves the garbage collector's generations while it serves: the collections that requests'
@@ -56,6 +63,7 @@ def freeze_what_it_holds() -> None:
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     one_thread_for_pictures()
+    quiet_pillow()
     # python -m app brings the engines it has loaded and warmed up; any other start (or a second one,
     # as a test client's) loads its own
     engines, app.state.preloaded = app.state.preloaded or Engines(app.state.settings, app.state.metrics), None

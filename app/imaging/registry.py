@@ -11,6 +11,7 @@ from PIL import Image
 
 from app.imaging import digit, garment, pair
 from app.imaging.decode import ImageError, channels
+from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, frame
 from app.imaging.prepared import Prepared
 from model import contract
 
@@ -24,14 +25,40 @@ PREPROCESSINGS: dict[str, Callable[[Image.Image, int, int], Prepared]] = {
 
 def as_is(image: Image.Image, size: int) -> Prepared:
     """The picture itself as the input: it must already be size x size, white on black (transparent
-    pixels count as black)."""
+    pixels count as black); one that cannot be such an input is answered with warnings (as_is_warnings)."""
     if image.size != (size, size):
         raise ImageError(
             f"preprocess=none needs a {size}x{size} image; this one is "
             f"{image.width}x{image.height} (use preprocess=auto)"
         )
     grey, alpha = channels(image)
-    return Prepared((grey if alpha is None else grey * alpha).astype(np.float32), [])
+    x = (grey if alpha is None else grey * alpha).astype(np.float32)
+    return Prepared(x, as_is_warnings(x))
+
+
+def as_is_warnings(x: np.ndarray) -> list[str]:
+    """Sentences about an input taken as it is that is unlike every image the models learnt from: blank (no
+    pixel MIN_CONTRAST off another), of low contrast (under LOW_CONTRAST), or on light paper (its frame's
+    median above 0.5: the models read white ink on black, and no MNIST or Fashion-MNIST test image's frame
+    is lighter than 0.35)."""
+    contrast = float(x.max() - x.min())
+    if contrast < MIN_CONTRAST:
+        return [
+            f"the image is blank: no pixel differs from another by {MIN_CONTRAST:.0%} of the full range, so there "
+            "is no ink for the model to read"
+        ]
+    notes = []
+    if contrast < LOW_CONTRAST:
+        notes.append(
+            f"very low contrast: the image's pixels span {contrast:.2f} of the full range, where the model's "
+            "training images span all of it"
+        )
+    if np.median(frame(x)) > 0.5:
+        notes.append(
+            "the image's edges are light: the model reads white ink on black, so it reads this paper as ink; "
+            "invert the image, or send it with preprocess=auto"
+        )
+    return notes
 
 
 def preprocess(

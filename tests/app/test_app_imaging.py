@@ -2,6 +2,8 @@
 
 import base64
 import io
+import warnings
+import zlib
 
 import cv2
 import numpy as np
@@ -13,8 +15,9 @@ from app.imaging import ImageError, digit, resample
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
+from app.main import quiet_pillow
 from model import contract
-from tests.harness import REAL_WORLD, encode
+from tests.harness import FIXTURES, REAL_WORLD, encode
 
 MAX_PIXELS = 40_000_000
 
@@ -137,6 +140,26 @@ def test_none_needs_28x28():
         load(encode(np.zeros((280, 280), np.uint8)), "none")
 
 
+def test_none_warns_of_an_input_unlike_the_models_images(mnist_fixture):
+    """Taken as it is, a blank image, one of low contrast and dark ink on light paper are read with a warning
+    each; MNIST's and Fashion-MNIST's test images with none."""
+
+    def warnings_of(x: np.ndarray) -> list[str]:
+        return imaging.preprocess(imaging.decode(encode(x), MAX_PIXELS), "none").warnings
+
+    digit = mnist_fixture[0][0]
+    with np.load(FIXTURES / "fashion_test_200.npz") as f:
+        garments = f["images"]
+    assert all(warnings_of(x) == [] for x in (*mnist_fixture[0][:100], *garments[:100]))
+    for blank in (np.zeros((28, 28), np.uint8), np.full((28, 28), 255, np.uint8), np.full((28, 28), 120, np.uint8)):
+        (note,) = warnings_of(blank)
+        assert note.startswith("the image is blank")
+    (note,) = warnings_of((digit // 5).astype(np.uint8))  # ink at 51 of 255 at most
+    assert note.startswith("very low contrast: the image's pixels span 0.20")
+    (note,) = warnings_of(255 - digit)
+    assert "edges are light" in note and "preprocess=auto" in note
+
+
 def test_every_preprocessing_a_card_names_has_its_function():
     assert set(PREPROCESSINGS) == set(contract.PREPROCESSING)
 
@@ -167,6 +190,33 @@ def test_pixel_limit_from_the_header():
     with pytest.raises(ImageError, match="pixels") as info:
         imaging.decode(data, max_pixels=1_000_000)
     assert info.value.status_code == 413
+
+
+def test_the_pixel_limit_is_the_services_alone():
+    """A header of more pixels than Pillow's own guard allows (2 x 89,478,485) is refused in the service's
+    words, with its limit; a limit above Pillow's opens it."""
+    header = encode(Image.new("1", (8, 8)))[:33]  # signature and IHDR: nothing Image.open reads past them
+    ihdr = b"IHDR" + (15_000).to_bytes(4, "big") * 2 + header[24:29]
+    bomb = header[:12] + ihdr + zlib.crc32(ihdr).to_bytes(4, "big") + b"\x00\x00\x00\x00IEND\xaeB`\x82"
+    with pytest.raises(ImageError) as info:
+        imaging.open_image(bomb, MAX_PIXELS)
+    assert info.value.status_code == 413
+    assert info.value.detail == f"the image has 15000x15000 = 225,000,000 pixels; the limit is {MAX_PIXELS:,}"
+    assert imaging.open_image(bomb, 300_000_000).size == (15_000, 15_000)
+
+
+def test_a_corrupt_exif_block_is_read_without_a_warning_in_the_servers_log(seven):
+    """Pillow warns of a client's file (here its EXIF block, cut short), which the answer speaks for: the
+    service's lifespan turns those warnings off (app/main.py)."""
+    buffer = io.BytesIO()
+    exif = b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\xff\xff" + bytes(20)  # 65,535 entries announced, none there
+    Image.fromarray(np.round(seven * 255).astype(np.uint8)).convert("RGB").save(buffer, "JPEG", exif=exif)
+    for quiet in (False, True):
+        with warnings.catch_warnings(record=True) as seen:  # the filters in force, and every warning recorded
+            if quiet:
+                quiet_pillow()
+            assert imaging.decode(buffer.getvalue(), MAX_PIXELS).size == (28, 28)
+        assert [str(w.message).split(".")[0] for w in seen] == ([] if quiet else ["Corrupt EXIF data"])
 
 
 @pytest.mark.parametrize("text", ["", "data:image/png,abc", "not base64!", "QUJD\u00e9"])

@@ -263,6 +263,18 @@ def test_unusual_input_comes_with_warnings(client, digits):
     assert any("other shape" in w for w in body["warnings"]), body["warnings"]
 
 
+def test_an_input_taken_as_it_is_is_warned_of_when_unlike_the_models_images(client, digits):
+    """preprocess=none reads a blank picture, or dark ink on white, as it is: answered, with a warning, where
+    preprocess=auto finds no ink in the blank one."""
+    blank = np.zeros((28, 28), np.uint8)
+    body = post_png(client, blank, include="", preprocess="none").json()
+    assert any(w.startswith("the image is blank") for w in body["warnings"]), body["warnings"]
+    assert post_png(client, blank, include="").status_code == 422
+    body = post_png(client, 255 - digits[0][0], include="", preprocess="none").json()
+    assert any("edges are light" in w for w in body["warnings"]), body["warnings"]
+    assert post_png(client, digits[0][0], include="", preprocess="none").json()["warnings"] == []
+
+
 def test_predict_has_no_parameters_for_fastapi_to_solve(app):
     """/predict reads its query in one validation (app/deps.py's read_query): FastAPI solves a route's
     declared parameters and dependencies anew for every request, inspecting each one's annotation; the
