@@ -1,23 +1,20 @@
 """GET /health (alive) and /ready (every model loaded and warmed up)."""
 
-from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.deps import EnginesDep
 from app.errors import RETRY_AFTER
+from app.routing import Router
 from app.schemas import Health, Ready, errors
 
-router = APIRouter(tags=["health"])
+router = Router(tags=["health"])
 
 
-# GET and HEAD (the same answer, undocumented twice): a load balancer's or orchestrator's probe may send either
-@router.head("/health", include_in_schema=False)
 @router.get("/health", response_model=Health, summary="The process is alive")
 async def health() -> Health:
     return Health()
 
 
-@router.head("/ready", include_in_schema=False)
 @router.get(
     "/ready",
     response_model=Ready,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -41,11 +41,12 @@ from app.batcher import DeadlineError, QueueFullError
 from app.deps import EnginesDep, is_json
 from app.engine import Engine, Engines
 from app.errors import RETRY_AFTER
+from app.routing import Router
 from app.schemas import CAPSULE_LIMIT, ErrorMessage, InferResponse, infer_request_schema
 from model import contract
 
 TAG = "open inference protocol (v2)"
-router = APIRouter(prefix="/v2", tags=[TAG])
+router = Router(prefix="/v2", tags=[TAG])
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ROWS = 1024  # images or capsule sets in one infer request

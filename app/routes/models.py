@@ -1,14 +1,13 @@
 """GET /models: every served model, what it reads, how well it does and whether it is ready; GET /model: one
 model's card and the providers in use."""
 
-from fastapi import APIRouter
-
 from app.deps import EngineDep, EnginesDep
 from app.engine import Engine
+from app.routing import Router
 from app.schemas import Batching, ModelCard, ModelEntry, Models, errors
 from model.card import read_dimensions
 
-router = APIRouter(tags=["models"])
+router = Router(tags=["models"])
 
 
 def dimension_labels(card: dict) -> dict[str, list[str]] | None:
