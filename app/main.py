@@ -120,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
 
-    @app.head("/", include_in_schema=False)  # as app/routing.py's Router answers HEAD
+    @app.head("/", include_in_schema=False)  # as app/router.py's Router answers HEAD
     @app.get("/", include_in_schema=False)
     async def root(request: Request) -> RedirectResponse:
         """A person who opens the service's address lands on its documentation."""

@@ -103,7 +103,7 @@ def setup_metrics(app: FastAPI) -> tuple[HttpMetrics, EngineMetrics]:
     for collector in (ProcessCollector, PlatformCollector, GCCollector):
         collector(registry=registry)
 
-    @app.head("/metrics", include_in_schema=False)  # as app/routing.py's Router answers HEAD
+    @app.head("/metrics", include_in_schema=False)  # as app/router.py's Router answers HEAD
     @app.get(
         "/metrics",
         tags=["health"],

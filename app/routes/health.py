@@ -4,7 +4,7 @@ from fastapi.responses import JSONResponse
 
 from app.deps import EnginesDep
 from app.errors import RETRY_AFTER
-from app.routing import Router
+from app.router import Router
 from app.schemas import Health, Ready, errors
 
 router = Router(tags=["health"])

@@ -41,7 +41,7 @@ from app.batcher import DeadlineError, QueueFullError
 from app.deps import EnginesDep, is_json
 from app.engine import Engine, Engines
 from app.errors import RETRY_AFTER
-from app.routing import Router
+from app.router import Router
 from app.schemas import CAPSULE_LIMIT, ErrorMessage, InferResponse, infer_request_schema
 from model import contract
 

@@ -3,7 +3,7 @@ model's card and the providers in use."""
 
 from app.deps import EngineDep, EnginesDep
 from app.engine import Engine
-from app.routing import Router
+from app.router import Router
 from app.schemas import Batching, ModelCard, ModelEntry, Models, errors
 from model.card import read_dimensions
 

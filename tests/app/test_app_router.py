@@ -1,4 +1,4 @@
-"""HEAD wherever GET (app/routing.py's Router): the same status and headers without a body, on every route the
+"""HEAD wherever GET (app/router.py's Router): the same status and headers without a body, on every route the
 OpenAPI document lists for GET and on the undocumented `/`; the document itself lists no HEAD."""
 
 import pytest
