@@ -4,6 +4,7 @@ import gc
 import logging
 import subprocess
 import sys
+import warnings
 
 import cv2
 import numpy as np
@@ -65,6 +66,22 @@ def test_the_lifespan_keeps_opencv_on_one_thread(settings):
     cv2.setNumThreads(2)
     with TestClient(create_app(settings.model_copy(update={"models": ["mnist"]}))):
         assert cv2.getNumThreads() == 1
+
+
+def test_the_lifespan_turns_pillows_warnings_off(settings):
+    """Pillow's warnings about a client's file stay out of the server's log (app/main.py's quiet_pillow)."""
+
+    def pillow_ignored() -> bool:
+        return any(
+            action == "ignore" and module is not None and module.match("PIL.TiffImagePlugin")
+            for action, _, _, module, _ in warnings.filters
+        )
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        assert not pillow_ignored()
+        with TestClient(create_app(settings.model_copy(update={"models": ["mnist"]}))):
+            assert pillow_ignored()
 
 
 def test_the_lifespan_takes_what_a_worker_holds_out_of_the_garbage_collector(settings):
