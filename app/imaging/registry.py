@@ -11,7 +11,7 @@ from PIL import Image
 
 from app.imaging import digit, garment, pair
 from app.imaging.decode import ImageError, channels
-from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, frame
+from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, frame, median
 from app.imaging.prepared import Prepared
 from model import contract
 
@@ -39,7 +39,7 @@ def as_is(image: Image.Image, size: int) -> Prepared:
 def as_is_warnings(x: np.ndarray) -> list[str]:
     """Sentences about an input taken as it is that is unlike every image the models learnt from: blank (no
     pixel MIN_CONTRAST off another), of low contrast (under LOW_CONTRAST), or on light paper (its frame's
-    median above 0.5: the models read white ink on black, and no MNIST or Fashion-MNIST test image's frame
+    (upper) median above 0.5: the models read white ink on black, and no MNIST or Fashion-MNIST test image's frame
     is lighter than 0.35)."""
     contrast = float(x.max() - x.min())
     if contrast < MIN_CONTRAST:
@@ -53,7 +53,7 @@ def as_is_warnings(x: np.ndarray) -> list[str]:
             f"very low contrast: the image's pixels span {contrast:.2f} of the full range, where the model's "
             "training images span all of it"
         )
-    if np.median(frame(x)) > 0.5:
+    if median(frame(x)) > 0.5:
         notes.append(
             "the image's edges are light: the model reads white ink on black, so it reads this paper as ink; "
             "invert the image, or send it with preprocess=auto"
