@@ -24,7 +24,7 @@ from app import imaging
 from app.couplings import coupling_changes, iteration_maps, routing_maps
 from app.engine import Engine, Outputs
 from app.imaging.transform import TRANSFORMS, TransformName, sweep
-from app.schemas import ITERATIONS
+from app.schemas import COEFFICIENTS, ITERATIONS
 from model import contract
 
 # A small picture (both bounds, its sides by its header) is prepared on the event loop: it costs about
@@ -167,10 +167,12 @@ def render_prediction(
     if "reconstruction" in include:
         body["reconstruction"] = image_field(outputs[contract.RECONSTRUCTION])
     routing: dict = {}
+    if COEFFICIENTS in include:
+        routing[COEFFICIENTS] = outputs[contract.ROUTING]
     if "routing" in include:
-        coefficients, primary = outputs[contract.ROUTING], engine.spec.primary_capsules
-        maps = routing_maps(coefficients, outputs[contract.VOTE_LENGTHS], primary.types, primary.grid)
-        routing.update(coefficients=coefficients, maps=maps)
+        primary = engine.spec.primary_capsules
+        votes = outputs[contract.VOTE_LENGTHS]
+        routing["maps"] = routing_maps(outputs[contract.ROUTING], votes, primary.types, primary.grid)
     if ITERATIONS in include:
         routing[ITERATIONS] = routing_iterations(outputs, engine)
     if routing:

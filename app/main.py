@@ -30,9 +30,9 @@ from app.settings import Settings, get_settings
 DESCRIPTION = """CapsNet (Sabour, Frosst & Hinton 2017, https://arxiv.org/abs/1710.09829) on ONNX Runtime.
 
 Post a handwritten digit to `/predict`; get the digit capsules' lengths (class probabilities), the
-capsules, the decoder's reconstruction and the routing coefficients. `GET /models` lists every served
-model (`?model=multimnist`: two overlapping digits, each reconstructed from its own capsule;
-`?model=fashion-mnist`: a garment). Every client mistake is a 4xx
+capsules, the decoder's reconstruction and the routing maps (every coefficient on request). `GET /models`
+lists every served model (`?model=multimnist`: two overlapping digits, each reconstructed from its own
+capsule; `?model=fashion-mnist`: a garment). Every client mistake is a 4xx
 with `{"detail": "..."}`; every response carries an `X-Request-ID`."""
 DOCS = "/docs"  # the Swagger UI page, from files the service serves itself (no CDN), as is ReDoc at /redoc
 

@@ -22,7 +22,8 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
                    there are several cores
   session.run alone, the class capsules  the same for an answer of the class capsules alone (?include=):
                    its graph pruned to them (app/pruning.py)
-  render           the full JSON answer (two PNGs, orjson)
+  render           the default JSON answer (two PNGs, the routing maps, orjson)
+  render, with the coefficients  the same with routing.coefficients (?include=...,coefficients): 11,520 floats
   render ?include= the answer of ?include= (the input's PNG, orjson)
   app layers       GET /health through the app in process: its middleware (request id, body limit,
                    HTTP metrics), routing and a response; /predict's query and engine come on top
@@ -165,6 +166,7 @@ def profile() -> dict:
     from app.batcher import DynamicBatcher
     from app.engine import Engine, with_options
     from app.main import one_thread_for_pictures
+    from app.schemas import COEFFICIENTS, INCLUDE_DEFAULT
     from app.settings import Settings
 
     one_thread_for_pictures()  # as the server's lifespan sets them
@@ -185,13 +187,16 @@ def profile() -> dict:
         n: o[0]
         for n, o in zip(engine.output_names, engine.capsnet.run(engine.output_names, {contract.IMAGE: x}), strict=True)
     }
-    include = {"capsules", "reconstruction", "routing"}
+    include = set(INCLUDE_DEFAULT)
     stages = {
         "multipart": multipart_ms(body),
         "multipart, Starlette's parser": multipart_ms(body, starlette=True),
         "decode+prepare": median_ms(prepare),
         "session.run": median_ms(lambda: engine.capsnet.run(engine.output_names, {contract.IMAGE: x})),
         "render": median_ms(lambda: render_prediction(outputs, prepared, include, engine)),
+        "render, with the coefficients": median_ms(
+            lambda: render_prediction(outputs, prepared, {*include, COEFFICIENTS}, engine)
+        ),
         "render ?include=": median_ms(lambda: render_prediction(outputs, prepared, set(), engine)),
         "app layers": app_layers_ms(settings),
     }

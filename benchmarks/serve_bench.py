@@ -9,9 +9,9 @@ small JSON (the HTTP ceiling), and one that times the engine's own session.run i
 (the bare model: the same graph, threads and cores as /predict). The load comes from `hey`
 (benchmarks/load.py: it writes each time to 0.1 ms, so a percentile is interpolated within its step).
 For each server and 1, 8, 64 concurrent clients it measures p50/p99 latency and requests/s
-of /predict (the full answer; include= with the default preprocessing and with preprocess=none), of
-the no-op and of GET /health. Then the service on its default settings (`python -m app`, mnist: a
-worker per core, their threads) beside the fifteen-line template a user would write
+of /predict (the full answer: no include, the default's parts; include= with the default preprocessing and
+with preprocess=none), of the no-op and of GET /health. Then the service on its default settings
+(`python -m app`, mnist: a worker per core, their threads) beside the fifteen-line template a user would write
 (benchmarks/template_app.py: Pillow, the same int8 graph, no batching), both up at once and loaded in
 turn at one client and at the most, in three rounds (--rounds; a row is its round of median req/s, and
 each target is also judged round by round, against the template's figure of the same round): the rows the

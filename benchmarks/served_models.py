@@ -15,8 +15,8 @@ POST /predict?model=NAME, from 8 client threads:
 Twice: preprocess=none (the image as the model takes it: the card's figure, now through JSON, PNG and
 the batcher; multimnist and affine images are rounded to 8 bits on the way) and preprocess=auto (the
 model's own preprocessing re-finds and re-fits the object) on the first --auto-limit images.
-Latency: one client, sequential requests with the full answer (capsules, reconstruction(s),
-routing), p50 and p90. Writes benchmarks/results/served_models.json and .md. Not a test.
+Latency: one client, sequential requests for the default answer (capsules, reconstruction(s),
+routing maps), p50 and p90. Writes benchmarks/results/served_models.json and .md. Not a test.
 """
 
 import argparse
@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from app.schemas import INCLUDE_DEFAULT
 from tests.harness import encode, machine, start_api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,7 +104,7 @@ def latency(client: httpx.Client, model: str, files: list[bytes]) -> dict:
         "requests": LATENCY_REQUESTS,
         "p50_ms": round(float(np.percentile(times, 50)), 1),
         "p90_ms": round(float(np.percentile(times, 90)), 1),
-        "include": "capsules,reconstruction,routing",
+        "include": ",".join(INCLUDE_DEFAULT),
     }
 
 

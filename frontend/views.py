@@ -62,15 +62,6 @@ def routing_maps(answer: dict[str, Any], names: list[str], iteration: int | None
     return plots.routing_heatmaps(maps, lengths, order, marked, names, top=top)
 
 
-def kept(answer: dict[str, Any]) -> dict[str, Any]:
-    """What a view keeps of an answer (in gr.State, per browser session; Gradio holds a closed session's state
-    for an hour): all of it but the routing coefficients, 11,520 numbers that no panel draws (the maps sum them,
-    weighted by the votes' lengths, over the 32 capsule types at each PrimaryCaps position) and four fifths of
-    an answer's Python objects (0.44 of a digit's 0.55 MB)."""
-    routing = {name: part for name, part in answer["routing"].items() if name != "coefficients"}
-    return {**answer, "routing": routing}
-
-
 def runner_up_and_warnings(answer: dict[str, Any]) -> str:
     runner_up = answer["runner_up"]
     warnings = "".join(f"\n\n⚠️ {warning}" for warning in answer["warnings"])
@@ -92,7 +83,7 @@ class PredictView(NamedTuple):
     capsules: list[list[float]] | None  # (10, 16), kept in gr.State for the perturbation panel
     digit: int | None  # the capsule to perturb: the prediction
     footer: str | dict  # model, version and provider; gr.skip() keeps the last one
-    answer: dict[str, Any] | None  # the API's answer as kept() keeps it, in gr.State for the routing maps
+    answer: dict[str, Any] | None  # the API's answer, in gr.State for the routing maps
 
     @classmethod
     def of(cls, answer: dict[str, Any], names: list[str], api_url: str) -> "PredictView":
@@ -111,7 +102,7 @@ class PredictView(NamedTuple):
             answer["capsules"],
             picked(answer),
             answer_footer(answer, api_url),
-            kept(answer),
+            answer,
         )
 
 
@@ -154,7 +145,7 @@ class PairView(NamedTuple):
             answer["capsules"],
             picked(answer),
             answer_footer(answer, api_url),
-            kept(answer),
+            answer,
         )
 
 

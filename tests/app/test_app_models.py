@@ -14,6 +14,7 @@ from PIL import Image
 from app import imaging
 from app.imaging.render import OVERLAY_INPUT
 from app.routes.models import dimension_labels
+from app.schemas import COEFFICIENTS, INCLUDE_DEFAULT
 from model import contract
 from tests.harness import FIXTURES, encode
 
@@ -21,6 +22,7 @@ SIZES = {"mnist": 28, "fashion-mnist": 28, "multimnist": 36, "affine": 40}
 # Of the 12 fixture images per model, how many must be read right: the cards say 99.6% (mnist), 93.3%
 # (fashion-mnist), 87.1% of pairs (multimnist), 99.5% of centred digits (affine's expanded MNIST).
 READ = {"mnist": 12, "fashion-mnist": 10, "multimnist": 8, "affine": 11}
+WITH_COEFFICIENTS = ",".join((*INCLUDE_DEFAULT, COEFFICIENTS))
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +109,7 @@ def test_each_model_answers_as_its_own_onnx_session(client, engines, mnist_fixtu
     images, labels = inputs_of(name, mnist_fixture, fashion)
     session = ort.InferenceSession(str(engine.directory / engine.capsnet_file), providers=["CPUExecutionProvider"])
     (want,) = session.run([contract.LENGTHS], {contract.IMAGE: images[:, None].astype(np.float32) / 255})
-    answers = [predict(client, x, model=name, preprocess="none") for x in images]
+    answers = [predict(client, x, model=name, preprocess="none", include=WITH_COEFFICIENTS) for x in images]
     np.testing.assert_allclose([a["probabilities"] for a in answers], want, atol=1e-5)
     size, grid = SIZES[name], contract.primary_grid(SIZES[name])
     first = answers[0]

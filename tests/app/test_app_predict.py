@@ -81,12 +81,24 @@ def test_outputs_keep_their_invariants(client, digits):
     image = np.array(body["reconstruction"]["image"])
     assert image.shape == (28, 28) and image.min() >= 0 and image.max() <= 1
     np.testing.assert_allclose(decoded_png(body["reconstruction"]["png"]), image, atol=0.5 / 255 + 1e-6)
-    coefficients = np.array(body["routing"]["coefficients"])
-    assert coefficients.shape == (1152, 10)
-    np.testing.assert_allclose(coefficients.sum(axis=1), 1.0, atol=1e-5)
-    assert np.array(body["routing"]["maps"]).shape == (10, 6, 6)
+    assert set(body["routing"]) == {"maps"} and np.array(body["routing"]["maps"]).shape == (10, 6, 6)
     assert decoded_png(body["input"]).shape == (28, 28)
     assert body["model"]["provider"] == "CPUExecutionProvider" and len(body["model"]["version"]) == 12
+
+
+def test_the_coefficients_come_when_named(client, engine, digits):
+    """include=coefficients: routing.coefficients, the graph's own final c_ij of Procedure 1 (each row sums to 1),
+    beside the maps when routing is named too; the default answer leaves them out."""
+    x = digits[0][0][None, None].astype(np.float32) / 255
+    (want,) = engine.capsnet.run([contract.ROUTING], {contract.IMAGE: x})
+    body = post_png(client, digits[0][0], preprocess="none", include="routing,coefficients").json()
+    coefficients = np.array(body["routing"]["coefficients"])
+    assert set(body["routing"]) == {"coefficients", "maps"} and coefficients.shape == (1152, 10)
+    np.testing.assert_allclose(coefficients, want[0], atol=1e-5)
+    np.testing.assert_allclose(coefficients.sum(axis=1), 1.0, atol=1e-5)
+    alone = post_png(client, digits[0][0], preprocess="none", include="coefficients").json()
+    assert set(alone["routing"]) == {"coefficients"}
+    assert "coefficients" not in post_png(client, digits[0][0], preprocess="none").json()["routing"]
 
 
 def test_routing_maps_sum_coupling_times_vote_length():
@@ -132,7 +144,7 @@ def test_json_and_multipart_agree(client, digits):
     for other in (plain, url):
         assert other["prediction"] == multipart["prediction"] and other["input"] == multipart["input"]
         np.testing.assert_allclose(other["probabilities"], multipart["probabilities"], atol=1e-5)
-        np.testing.assert_allclose(other["routing"]["coefficients"], multipart["routing"]["coefficients"], atol=1e-5)
+        np.testing.assert_allclose(other["routing"]["maps"], multipart["routing"]["maps"], atol=1e-5)
 
 
 def test_the_file_is_read_however_the_body_arrives(client, digits):

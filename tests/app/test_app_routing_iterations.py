@@ -12,7 +12,7 @@ from model import contract
 from tests.conftest import without_iteration_outputs
 from tests.harness import encode
 
-ROUTING_FIELDS = {"coefficients", "maps"}
+ROUTING_FIELDS = {"maps"}
 
 
 def post_png(client, image: np.ndarray, **params):
@@ -26,11 +26,13 @@ def post_png(client, image: np.ndarray, **params):
         ("routing", ROUTING_FIELDS),
         ("routing,iterations", {*ROUTING_FIELDS, "iterations"}),
         ("iterations", {"iterations"}),
+        ("routing,coefficients,iterations", {"coefficients", "maps", "iterations"}),
         ("capsules", None),
     ],
 )
 def test_iterations_come_only_when_named(client, digits, include, routing):
-    """The default is capsules, reconstruction and routing, not every option: iterations is named or absent."""
+    """The default is capsules, reconstruction and routing, not every option: coefficients and iterations are
+    named or absent."""
     params = {} if include is None else {"include": include}
     body = post_png(client, digits[0][0], **params).json()
     assert (set(body["routing"]) if "routing" in body else None) == routing

@@ -16,6 +16,7 @@ def test_cpu_profile_writes_its_report(tmp_path):
         "decode+prepare after a run",
         "session.run",
         "render",
+        "render, with the coefficients",
         "render ?include=",
         "app layers",
         "batcher hop",
