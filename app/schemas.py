@@ -521,7 +521,8 @@ def infer_request_schema(tensor: str, dims: list[int], low: float, high: float, 
             "outputs": {
                 "type": "array",
                 "items": output,
-                "description": f"the outputs to return (default: all of {', '.join(outputs)}, as JSON)",
+                "minItems": 1,
+                "description": f"the outputs to return, at least one (default: all of {', '.join(outputs)}, as JSON)",
             },
         },
     }

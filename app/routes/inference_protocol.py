@@ -25,7 +25,6 @@ every output has room for; more are taken when `outputs` names fewer, as its des
 
 import math
 import re
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -292,8 +291,8 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
 
 
 def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]:
-    """(output name, as binary) pairs to return: those asked for, each once, else all of the graph's. An output
-    is binary when its binary_data says so, else when the request's binary_data_output does."""
+    """(output name, as binary) pairs to return: those asked for, else all of the graph's. An output is
+    binary when its binary_data says so, else when the request's binary_data_output does."""
     asked = request.get("outputs")
     binary = flag(request, "binary_data_output", "the request")
     if asked is None:
@@ -305,9 +304,6 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
     unknown = [o.get("name") for o in asked if o.get("name") not in names]
     if unknown:
         raise ProtocolError(f"unknown output(s) {shown(unknown)}; the model's outputs are {', '.join(names)}")
-    repeated = sorted(name for name, count in Counter(o["name"] for o in asked).items() if count > 1)
-    if repeated:
-        raise ProtocolError(f"`outputs` names {', '.join(repeated)} more than once; name each output once")
     return [(o["name"], flag(o, "binary_data", f"output {o['name']}", binary)) for o in asked]
 
 

@@ -178,11 +178,6 @@ def binary_request(request: dict, tensor: bytes) -> tuple[bytes, dict]:
             "unknown output",
         ),
         (json.dumps({"inputs": [{**IMAGE, "data": [0] * 784}], "outputs": []}).encode(), {}, "names no output"),
-        (
-            json.dumps({"inputs": [{**IMAGE, "data": [0] * 784}], "outputs": [{"name": "lengths"}] * 2}).encode(),
-            {},
-            "`outputs` names lengths more than once",
-        ),
         (json.dumps({"id": 7, "inputs": [{**IMAGE, "data": [0] * 784}]}).encode(), JSON, "`id` must be a string"),
         (
             json.dumps(

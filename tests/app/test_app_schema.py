@@ -91,6 +91,7 @@ def binary_form(context, case):
             {"name": st.sampled_from(names)},
             optional={"parameters": st.fixed_dictionaries({}, optional={"binary_data": st.booleans()})},
         ),
+        min_size=properties["outputs"]["minItems"],
         max_size=len(names),
     )
     values = st.integers(1, 3).flatmap(
