@@ -161,7 +161,7 @@ PAIR_SEED = 0
 def dimension_examples(card: dict, data_dir: str | Path | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """The test examples a model's dimensions are measured on (training/dimensions.py): images (N, S, S)
     uint8, their labels (N, objects) and what they are, in words. data_dir: default the IDX files the
-    model was trained on (its train_config's), else data/<dataset>.
+    model was trained on (its train_config's) where that folder is on this machine, else data/<dataset>.
 
     A one-object model reads its dataset's test set centred on its input size (centred_test_images: the
     affine model MNIST's digits on 40x40, so that the digit's own variation is measured, not its place on
@@ -171,7 +171,8 @@ def dimension_examples(card: dict, data_dir: str | Path | None = None) -> tuple[
     dimensions describe; a lone digit on 36x36 is an input it never saw.
     """
     dataset, size = card["train_config"]["dataset"], card["model_config"]["image_size"]
-    data_dir = data_dir or card["train_config"].get("data_dir") or data.DEFAULT_DIRS[dataset]
+    trained_on = card["train_config"].get("data_dir")  # a folder of the machine that trained it
+    data_dir = data_dir or (trained_on if trained_on and Path(trained_on).is_dir() else data.DEFAULT_DIRS[dataset])
     test = data.load(data_dir)["test"]
     if card["dataset"] != "multimnist":
         where = "" if size == test.images.shape[-1] else f", each centred on {size}x{size}"

@@ -13,7 +13,7 @@ from model import contract
 from model.capsnet import CapsNet, CapsNetConfig
 from model.card import Dimensions
 from tests.conftest import without_iteration_outputs
-from training import cards, export, graphs
+from training import cards, data, export, graphs
 from training.config import TrainConfig
 
 
@@ -168,6 +168,23 @@ def test_describe_writes_what_each_shipped_card_carries(tmp_path, few_of_each_cl
     assert serving["primary_capsules"]["grid"] == contract.primary_grid(size)
     assert list(dims.classes) == serving["classes"] and min(dims.examples_per_class.values()) >= 3
     assert all([e.dim for e in entries] == list(range(contract.CAPSULE_DIM)) for entries in dims.classes.values())
+
+
+def test_dimensions_are_measured_on_the_data_here_when_the_trainers_folder_is_not(
+    tmp_path, idx_dir, few_of_each_class, monkeypatch
+):
+    """A card trained on another machine (a GPU window's) names that machine's data folder: the dimensions are
+    measured on it where it is here too, else on data/<dataset>."""
+    monkeypatch.setitem(data.DEFAULT_DIRS, "mnist", few_of_each_class["mnist"])  # 60 test images
+    card = {
+        "dataset": "mnist",
+        "train_config": {"dataset": "mnist", "data_dir": str(tmp_path / "a-gpu-machines-folder")},
+        "model_config": {"image_size": 28},
+    }
+    images, labels, _ = cards.dimension_examples(card)
+    assert images.shape == (60, 28, 28) and labels.shape == (60, 1)
+    card["train_config"]["data_dir"] = str(idx_dir)  # 200 test images
+    assert cards.dimension_examples(card)[0].shape == (200, 28, 28)
 
 
 @pytest.mark.slow
