@@ -8,8 +8,8 @@ Paper: `Dynamic Routing Between Capsules` - Sabour, Frosst & Hinton, NIPS 2017
 predict     one image -> PredictResponse: the class capsules' lengths, the runner-up, doubts, the
             capsules, the reconstruction (each object's, for a model of several), the routing
 explain     one image and a sweep of one transform over the model's input, run as one batch ->
-            ExplainResponse: per step the lengths and the followed capsule (section 5.1: a capsule's
-            direction says how its entity is drawn, its length whether it is there)
+            ExplainResponse: per step the lengths and the followed capsule (a capsule's length
+            says whether its entity is there, section 2; its direction how it is drawn, section 5.1)
 reconstruct class capsules -> the decoder's drawings (Fig. 4's perturbations)
 """
 
@@ -71,7 +71,7 @@ async def read(
     least the class capsules', contract.CAPSULE_OUTPUTS, all that the caller reads of a single image). Of
     several candidates (a drawing at several scales) the one its own answer explains best: the objects'
     capsules, each decoded alone (one decoder batch for every candidate), redraw the candidate with the
-    least squared error per unit of its ink, the reconstruction test of section 6."""
+    least squared error per unit of its ink: section 6's reconstructions (Fig. 5) turned into a test of the fit."""
     if prepared.candidates is None:
         return await engine.predict(prepared.image, iterations, lean), prepared
     images = prepared.candidates

@@ -292,7 +292,7 @@ def margin_loss(
 
 
 def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float | torch.Tensor) -> torch.Tensor:
-    """Matrix capsules' Eq. 3 (Hinton, Sabour & Frosst 2018, section 3): L_i = max(0, m - (a_t - a_i))^2,
+    """Matrix capsules' Eq. 3 (Hinton, Sabour & Frosst 2018, section 4.1): L_i = max(0, m - (a_t - a_i))^2,
     L = sum over the classes i != t, averaged over the batch. Each wrong class must stay m below the
     target's activation; m grows during training (SPREAD_MARGINS), so no class starts dead.
 
@@ -403,8 +403,8 @@ class CapsNet(nn.Module):
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> CapsNetOutput:
         """One forward for training and inference.
 
-        The decoder draws the capsule of `targets` when given (the true label, in training) and the
-        longest capsule otherwise (inference), section 4.1.
+        The decoder draws the capsule of `targets` when given (the true label, in training: section 4.1's
+        mask) and the longest capsule otherwise (inference, as Fig. 3 redraws the predicted digit).
         """
         capsules, lengths, routing, votes, iterations = self.forward_features(x)  # lengths (B, 10)
         reconstruction = None

@@ -4,9 +4,10 @@
   and stride of 1. The last convolutional layers are followed by two fully connected layers of size
   328, 192. The last fully connected layer is connected with dropout to a 10 class softmax layer with
   cross entropy loss" (35.4M parameters at 28x28: the convolutions keep the size, no pooling). The
-  paper's baseline for the affine test is "a traditional convolutional model with a similar number of
-  parameters" and is not otherwise specified; training.experiments.affine's pooled BaselineCNN is our
-  reading of that sentence, this one the baseline it names for MNIST.
+  paper's baseline for the affine test (section 5.2) is another: "a traditional convolutional network
+  (with MaxPooling and DropOut)" "with a similar number of parameters", its layers not given;
+  training.experiments.affine's BaselineCNN is our reading of it; the campaign's affine runs train this
+  one beside the CapsNet and BaselineCNN (training/campaign/plan.py).
 - PairCNN (section 6, MultiMNIST): "two convolution layers and two fully connected layers ... The
   first layer has 512 convolution kernels of size 9x9 and stride 1. The second layer has 256 kernels
   of size 5x5 and stride 1. After each convolution layer the model has a pooling layer of size 2x2 and

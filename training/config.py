@@ -34,7 +34,7 @@ class TrainConfig:
     low_res: float = 0.0  # probability that a digit is seen as a coarse scan (data.low_resolution)
     train_limit: int = 0  # use only the first N training images (0: all)
     val_size: int = data.VAL_SIZE  # training images held out for selection; 0: train on all 60,000
-    # --- optimisation (section 5 and the official code: Adam, exponential decay, batch 128)
+    # --- optimisation (section 4: Adam, exponential decay; the official code: batch 128)
     epochs: int = 10
     batch_size: int = 128  # per rank; the last partial batch of an epoch is dropped (static shapes)
     lr: float = 1e-3  # Adam's TensorFlow default, the official code's

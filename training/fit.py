@@ -20,8 +20,8 @@ validated) and a TrainConfig; fit() does the rest the same way for all of them:
   (config.deadline, a wall-clock time, a GPU lease's end): no epoch is begun that the last epoch's
   duration, validation included, says would end past it;
 - optional starting weights (config.init: a checkpoint's, optimiser fresh) and an optional target
-  (config.stop_at: the run ends at the first validated epoch that reaches it, as section 5.2's
-  models were stopped at a set accuracy).
+  (config.stop_at: the run ends at the first validated epoch that reaches it, as section 5.2 compares
+  an early-stopped CapsNet and a CNN at about the same accuracy, 99.23% and 99.22% on expanded MNIST).
 """
 
 import json

@@ -1,7 +1,7 @@
 """Train a CapsNet on MNIST (or Fashion-MNIST) with the paper's recipe.
 
 $ python -m training.train --epochs 1                        # quick run, CPU or GPU
-$ python -m training.train --epochs 50 --lr-decay 0.99       # the paper's long schedule
+$ python -m training.train --epochs 50 --lr-decay 0.99       # a long run at the official code's decay
 $ python -m training.train --epochs 30 --val-size 0          # all 60,000 images, the last epoch kept
 $ python -m training.train --compile --eval-every 5          # GPU fast path: CUDA graphs, fewer evaluations
 $ torchrun --nproc_per_node 2 -m training.train --epochs 10  # DistributedDataParallel (nccl/gloo)

@@ -11,8 +11,8 @@ PNG_OPTIONS = [cv2.IMWRITE_PNG_COMPRESSION, 3]
 
 
 def overlay(image: np.ndarray, drawings: np.ndarray) -> np.ndarray:
-    """The paper's Fig. 5 colouring: the first object's reconstruction in red and the second's in green
-    (yellow where both explain a pixel; a third, if any, in blue) over the dimmed input.
+    """The paper's Fig. 5 colours, in an order of ours: the first object's reconstruction in red and the
+    second's in green (yellow where both explain a pixel; a third, if any, in blue) over the dimmed input.
 
     Args:
         image: the model's input (H, W) in [0, 1].

@@ -1,10 +1,10 @@
 """Transform a prepared model input along a sweep: what POST /explain feeds the model to show equivariance.
 
-The paper's claim (section 5.1, Fig. 4) is that a capsule's length says whether its entity is present and
-its direction says how: pose, thickness, skew, width. Turning, scaling, shearing, moving or thickening the
-model's own input one step at a time, as one batch, shows which of the winning capsule's 16 numbers follow
-the change smoothly (equivariance) while its length holds (invariance of the answer), and where the
-answer breaks.
+The paper's claim (section 2; section 5.1 and Fig. 4) is that a capsule's length says whether its entity
+is present and its direction says how: pose, thickness, skew, width. Turning, scaling, shearing, moving or
+thickening the model's own input one step at a time, as one batch, shows which of the winning capsule's 16
+numbers follow the change smoothly (equivariance) while its length holds (invariance of the answer), and
+where the answer breaks.
 
 The geometric transforms turn about the ink's centre of mass (where digit.py centres it, so for a
 prepared digit about the middle of the frame) and resample bilinearly with black outside; thickness

@@ -141,7 +141,7 @@ def test_eval_every_validates_and_checkpoints_only_every_n_epochs(idx_dir, tmp_p
 
 def test_spread_margin_rises_over_the_planned_epochs(idx_dir, tmp_path):
     """fit tells the task how far the planned training has come before every step; the spread loss's
-    margin rises linearly from 0.2 to 0.9 with it (matrix capsules, section 3)."""
+    margin rises linearly from 0.2 to 0.9 with it (matrix capsules, section 4.1)."""
     progress = []
 
     class Recording(train.ShiftedDigits):

@@ -44,7 +44,8 @@ LONG = {"epochs": 100_000, "eval_every": 1}  # the deadline ends these runs, eac
 
 
 def affine(model: str, seed: int) -> Spec:
-    """A section 5.2 run: one model on translated 40x40 digits, stopped as the paper stopped its two."""
+    """A section 5.2 run: one model on translated 40x40 digits, stopped at about the accuracy at which section 5.2
+    compares its two (99.23% and 99.22% on expanded MNIST)."""
     return Spec(
         f"affine-{model}-s{seed}",
         "affine",

@@ -1,5 +1,5 @@
 """EM routing beside dynamic routing in the CapsNet body: MNIST learning curves at equal training images,
-and EM's own spread loss against the margin loss (Hinton, Sabour & Frosst 2018, section 3).
+and EM's own spread loss against the margin loss (Hinton, Sabour & Frosst 2018, section 4.1).
 
 $ python -m training.experiments.em_routing --train-limit 3200 --val-size 2000 --epochs 3 --batch-size 64
 $ python -m training.experiments.em_routing --variants em --epochs 2 --batch-size 64 --lr-decay 0.99 \\
