@@ -55,9 +55,10 @@ def stroke_width(ink: np.ndarray) -> float:
     mask (ink >= 0.5) on its medial axis (where the distance is a local maximum), the usual
     estimate (e.g. Blum's medial axis transform); 0 for no ink."""
     mask = ink >= 0.5
-    if mask.all():  # no background to measure from (OpenCV would answer 1.8e19): one solid stroke
+    inked = np.count_nonzero(mask)
+    if inked == mask.size:  # no background to measure from (OpenCV would answer 1.8e19): one solid stroke
         return float(min(mask.shape))
-    if not mask.any():
+    if not inked:
         return 0.0
     # transformed: the ink's box and the ring of pixels around it, where the picture has them. A background
     # pixel further out is further from every ink pixel than one of that ring, so the distances are the
@@ -142,7 +143,7 @@ def normalise_stroke(
 def ink_box(x: np.ndarray) -> tuple[int, int, int, int]:
     """(top, bottom, left, right) of the non-zero pixels of x (it has some), bottom and right excluded:
     OpenCV's bounding rectangle of a mask, one pass over it where numpy's any() takes one per axis."""
-    left, top, width, height = cv2.boundingRect((x != 0).view(np.uint8))
+    left, top, width, height = cv2.boundingRect((x if x.dtype == bool else x != 0).view(np.uint8))
     return top, top + height, left, left + width
 
 
@@ -206,7 +207,8 @@ def digit_ink(
     reach = 2 * math.ceil(scale * factor) + 1
     gate = cv2.dilate(gate.view(np.uint8), np.ones((reach, reach), np.uint8)).view(bool)
     r = ink_map(x, paper, box, picture.size)
-    sigma = paper_sigma(r[~gate]) if (~gate).sum() >= 64 else paper.sigma  # the noise at this scale
+    paper_side = ~gate
+    sigma = paper_sigma(r[paper_side]) if np.count_nonzero(paper_side) >= 64 else paper.sigma  # the noise here
     a = np.maximum(r, 0.0)
     strongest = float(a.max(where=gate, initial=0.0))
     if strongest == 0.0:

@@ -96,8 +96,17 @@ def median(values: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def robust_sigma(r: np.ndarray) -> float:
-    """The standard deviation of Gaussian noise from the median absolute deviation (ink-proof)."""
-    return 1.4826 * float(median(np.abs(r).ravel())) if r.size else 0.0
+    """The standard deviation of Gaussian noise from the median absolute deviation (ink-proof).
+
+    The (upper) median of |r| counts its zeros first and partially sorts the rest: a drawn or rendered
+    picture's finest detail is mostly exact zeros, a tie numpy's partition is slow on where it runs
+    x86-simd-sort's AVX-512 code on AMD Zen 4 (2,209 values, 153 of them not zero: 120 µs, 7 µs without the zeros).
+    """
+    deviations = np.abs(r).ravel()
+    k = deviations.size // 2
+    spread = deviations[deviations != 0]
+    zeros = deviations.size - spread.size
+    return 0.0 if zeros > k or not spread.size else 1.4826 * float(np.partition(spread, k - zeros)[k - zeros])
 
 
 def noise_sigma(x: np.ndarray) -> float:
@@ -176,10 +185,16 @@ def fit_paper(x: np.ndarray, light_ink: bool) -> tuple[Paper, np.ndarray]:
     noise = noise_sigma(x)
     surface = paper_surface(x, noise)
     r = x - lighting(surface, x.shape, (0, 0, w, h), (w, h))
-    smooth = cv2.blur(r, (3, 3), borderType=cv2.BORDER_REFLECT)  # scipy's uniform_filter(r, 3), in SIMD
-    polarity = 1.0 if light_ink or smooth.max() >= -smooth.min() else -1.0
+    polarity = 1.0 if light_ink or lighter(r) else -1.0
     ink = r if polarity > 0 else -r
     return Paper(surface, max(noise, paper_sigma(ink)), polarity), ink
+
+
+def lighter(r: np.ndarray) -> bool:
+    """Whether the ink of r (a picture minus its paper) is lighter than the paper: its lightest 3x3 mean
+    lies at least as far from the paper as its darkest."""
+    smooth = cv2.blur(r, (3, 3), borderType=cv2.BORDER_REFLECT)  # scipy's uniform_filter(r, 3), in SIMD
+    return bool(smooth.max() >= -smooth.min())
 
 
 def fit_surface(x: np.ndarray) -> np.ndarray:
@@ -262,10 +277,14 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     """The connected parts of the ink (8-connected, above the floor, with a core above Otsu's
     threshold of the ink: hysteresis) that make the digit: the heaviest, and every part with at least
     MIN_PART of its ink within NEAR_PART of the digit's longer side of the growing box."""
-    count, labels, stats, _ = cv2.connectedComponentsWithStats((a > floor).view(np.uint8), connectivity=8)
+    inked = a > floor
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(inked.view(np.uint8), connectivity=8)
     n = count - 1  # label 0 is the background
     if n == 0:
         raise ImageError(NO_INK)
+    if n == 1:  # the one part holds the strongest ink, so it has a core: it is the digit, and nothing is left out
+        left, top, width, height = stats[1, :4].tolist()
+        return Digit(inked, (top, left, top + height, left + width), float(a.max()), 0)
     core = min(otsu(a[labels > 0]), float(a.max()))  # the strongest part always has a core
     strong = np.zeros(n + 1, bool)
     strong[labels[a >= core]] = True

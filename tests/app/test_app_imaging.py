@@ -568,6 +568,39 @@ def test_the_ink_box_bounds_every_non_zero_pixel():
         assert digit.ink_box(x[:, ::-1]) == (top, bottom, x.shape[1] - right, x.shape[1] - left)  # a view
 
 
+def test_the_robust_sigma_is_the_upper_median_of_the_absolute_deviations():
+    """robust_sigma counts the zeros apart: its median is the sorted |r|'s middle (upper) value whether most
+    of r is zero (a drawn picture's detail), some, none or all of it, in float32 and float64, of odd and even
+    sizes, and 0 for no values."""
+    from app.imaging.ink import robust_sigma
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(1, 300))
+        r = rng.normal(size=n).astype(rng.choice([np.float32, np.float64]))
+        r[rng.random(n) < rng.choice([0.0, 0.3, 0.5, 0.9, 1.0])] = 0
+        assert robust_sigma(r) == 1.4826 * float(np.sort(np.abs(r))[n // 2])
+    assert robust_sigma(np.zeros((0, 4), np.float32)) == 0.0
+
+
+def test_a_digit_of_one_part_is_that_part_found_without_otsus_threshold(monkeypatch):
+    """One part above the floor is the digit whatever its core (it holds the strongest ink): digit_parts
+    answers it without the hysteresis' threshold, as the general path answers the same part beside a speck."""
+    from app.imaging import ink
+
+    a = np.zeros((40, 60), np.float32)
+    a[8:32, 10:14] = np.linspace(0.2, 1.0, 24, dtype=np.float32)[:, None]  # a stroke, faint at its top
+    a[30:32, 10:30] = 0.6
+    speckled = a.copy()
+    speckled[2, 55] = 0.3  # a speck far off: two parts, the general path
+    general = ink.digit_parts(speckled, 0.1)
+    monkeypatch.setattr(ink, "otsu", lambda values, bins=64: pytest.fail("one part needs no threshold"))
+    alone = ink.digit_parts(a, 0.1)
+    assert np.array_equal(alone.mask, a > 0.1) and np.array_equal(alone.mask, general.mask)
+    assert alone.box == general.box == (8, 10, 32, 30)
+    assert (alone.contrast, alone.other_shapes) == (general.contrast, general.other_shapes) == (a.max(), 0)
+
+
 def test_parts_of_equal_ink_are_taken_in_raster_order():
     """Two identical shapes far apart, the right one a row higher: scipy's raster order finds it first,
     OpenCV's scan of 2x2 blocks the left one; the digit is the one of raster order, as before OpenCV."""
