@@ -18,6 +18,8 @@ from training.config import TrainConfig, selection
 from training.graphs import OPSET, PARITY_BATCHES, sha256, stored_weights
 from training.pairs import MAX_SHIFT, iter_pairs
 
+REPO = contract.MODELS_DIR.parent  # a card names a file in it by its place there (portable)
+
 DIGITS = [str(d) for d in range(10)]
 FASHION = [
     "T-shirt/top",
@@ -132,6 +134,26 @@ def model_card(ckpt: dict, capsnet_path: Path, parity: float, result: dict | Non
     return card
 
 
+def portable(value):
+    """A card's values with its file paths as any reader of it can take them: a path inside the repository
+    by its place there (campaign/pack/load-1/data/mnist), any other absolute path by its name alone (a font
+    file, a folder of the machine that trained the model), so that a card, and GET /model that serves it,
+    names no folder of a machine."""
+    if isinstance(value, dict):
+        return {key: portable(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and Path(value).is_absolute():
+        path = Path(value)
+        return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+    return value
+
+
+def write_card(model_dir: Path, card: dict) -> None:
+    """Write a model folder's card (capsnet.json), its paths made portable."""
+    (model_dir / contract.MODEL_CARD).write_text(json.dumps(portable(card), indent=2) + "\n")
+
+
 def describe(model_dir: Path, data_dir: Path | None = None, per_class: int = dimensions.EXAMPLES) -> dict:
     """Write the serving section into a model folder's card from its own fields (cards written before
     cards carried it) and the dimensions section from its graphs (describe_dimensions); nothing else in
@@ -140,7 +162,7 @@ def describe(model_dir: Path, data_dir: Path | None = None, per_class: int = dim
     card = json.loads((model_dir / contract.MODEL_CARD).read_text())
     card[contract.SERVING] = build_serving(card["model_config"], **SERVED[card["dataset"]]).model_dump()
     card[contract.DIMENSIONS] = describe_dimensions(model_dir, card, data_dir, per_class)
-    (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    write_card(model_dir, card)
     print(f"{model_dir / contract.MODEL_CARD}: serving = {json.dumps(card[contract.SERVING])}")
     print(dimensions.table(Dimensions.model_validate(card[contract.DIMENSIONS])))
     return card
@@ -171,8 +193,9 @@ def dimension_examples(card: dict, data_dir: str | Path | None = None) -> tuple[
     dimensions describe; a lone digit on 36x36 is an input it never saw.
     """
     dataset, size = card["train_config"]["dataset"], card["model_config"]["image_size"]
-    trained_on = card["train_config"].get("data_dir")  # a folder of the machine that trained it
-    data_dir = data_dir or (trained_on if trained_on and Path(trained_on).is_dir() else data.DEFAULT_DIRS[dataset])
+    trained_on = card["train_config"].get("data_dir")  # a folder of the machine that trained it (portable's)
+    folder = REPO / trained_on if trained_on else None
+    data_dir = data_dir or (folder if folder and folder.is_dir() else data.DEFAULT_DIRS[dataset])
     test = data.load(data_dir)["test"]
     if card["dataset"] != "multimnist":
         where = "" if size == test.images.shape[-1] else f", each centred on {size}x{size}"

@@ -27,7 +27,7 @@ import numpy as np
 from model import contract
 from model.capsnet import CapsNet
 from training import data
-from training.cards import card_outputs, centred_test_images, describe, describe_dimensions, model_card
+from training.cards import card_outputs, centred_test_images, describe, describe_dimensions, model_card, write_card
 from training.evaluate import evaluate_onnx, load_checkpoint
 from training.graphs import (
     OPSET,
@@ -72,7 +72,7 @@ def export_with_card(
         print(f"test accuracy (ONNX Runtime): {100 * result['accuracy']:.2f}% ({result['errors']} errors)")
     card = {**model_card(ckpt, capsnet_path, parity, result, dataset), **measured, **sections}
     card[contract.DIMENSIONS] = describe_dimensions(out_dir, card, data_dir)
-    (out_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    write_card(out_dir, card)
     return card
 
 
@@ -150,7 +150,7 @@ def reexport(model_dir: Path, data_dir: Path | None = None) -> dict:
         stored_weights=stored_weights(model_dir / contract.CAPSNET_ONNX),
         outputs=card_outputs(card["model_config"]),
     )
-    (model_dir / contract.MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n")
+    write_card(model_dir, card)
     print(
         f"re-exported {model_dir}: {card['reexport']['previous_version']} -> {card['version']}, max |diff| "
         f"{worst:.2e} on {len(images):,} test images, no prediction changed; parity vs PyTorch {parity:.2e}"

@@ -29,6 +29,7 @@ import numpy as np
 
 from model import contract
 from training import data
+from training.cards import write_card
 from training.evaluate import evaluate_onnx
 from training.fit import cpu_features, cpu_model
 from training.graphs import compare_graphs, sha256, store_fp16_if_lossless
@@ -117,8 +118,7 @@ def ships(accuracy: dict[str, float], timing: dict[str, dict[int, float]]) -> bo
 
 def quantize_model(model_dir: Path, data_dir: Path | None = None, calibration_images: int = CALIBRATION_IMAGES) -> dict:
     """Quantise a model folder's capsnet.onnx, measure it beside the fp32 graph, record it in the card."""
-    card_path = model_dir / contract.MODEL_CARD
-    card = json.loads(card_path.read_text())
+    card = json.loads((model_dir / contract.MODEL_CARD).read_text())
     if card["model_config"]["image_size"] != contract.IMAGE_SIZE:
         raise SystemExit(
             f"{model_dir}: the test set here is {contract.IMAGE_SIZE}x{contract.IMAGE_SIZE} digits; "
@@ -155,7 +155,7 @@ def quantize_model(model_dir: Path, data_dir: Path | None = None, calibration_im
         f"faster at batch {' and '.join(map(str, TIMED_BATCHES))}",
         "created": datetime.date.today().isoformat(),
     }
-    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    write_card(model_dir, card)
     if not card["int8"]["shipped"]:
         int8.unlink()
     return card["int8"]

@@ -101,6 +101,24 @@ def test_models_gives_each_class_its_dimension_labels_and_model_the_whole_sectio
     assert dimension_labels({"name": "a card written before the section"}) is None
 
 
+def strings(value) -> list[str]:
+    """Every string in a JSON value, at any depth."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_a_models_card_names_no_folder_of_a_machine(client):
+    """GET /model serves the card as training wrote it: its data, run and font files by their place in the
+    repository or their name, never a folder of the machine that trained the model or of this one."""
+    for name in contract.SHIPPED:
+        card = client.get("/model", params={"model": name}).json()
+        assert card["train_config"]["dataset"] in (name, "mnist")
+        assert [s for s in strings(card) if s.startswith(("/", "~")) or ":\\" in s] == [], name
+
+
 @pytest.mark.parametrize("name", list(contract.SHIPPED))
 def test_each_model_answers_as_its_own_onnx_session(client, engines, mnist_fixture, fashion, name):
     """Through HTTP with preprocess=none: the probabilities are the served graph's own on the same

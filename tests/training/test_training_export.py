@@ -170,6 +170,24 @@ def test_describe_writes_what_each_shipped_card_carries(tmp_path, few_of_each_cl
     assert all([e.dim for e in entries] == list(range(contract.CAPSULE_DIM)) for entries in dims.classes.values())
 
 
+def test_a_card_names_files_by_their_place_in_the_repository_or_their_name(tmp_path):
+    """portable: a path inside the repository is written relative to its root, any other absolute path by its
+    name, at any depth; what is not an absolute path stays as it was; write_card writes the card so."""
+    card = {
+        "train_config": {"data_dir": str(cards.REPO / "data" / "mnist"), "out": "/tmp/gpu/run", "seed": 0},
+        "fine_tune": {"fonts": ["/usr/share/fonts/dejavu/DejaVuSans.ttf"], "model_dir": "models/mnist"},
+        "selection": "kept the epoch of best accuracy on the 5,000 held-out images / of 60,000",
+    }
+    want = {
+        "train_config": {"data_dir": "data/mnist", "out": "run", "seed": 0},
+        "fine_tune": {"fonts": ["DejaVuSans.ttf"], "model_dir": "models/mnist"},
+        "selection": card["selection"],
+    }
+    assert cards.portable(card) == want
+    cards.write_card(tmp_path, card)
+    assert json.loads((tmp_path / contract.MODEL_CARD).read_text()) == want
+
+
 def test_dimensions_are_measured_on_the_data_here_when_the_trainers_folder_is_not(
     tmp_path, idx_dir, few_of_each_class, monkeypatch
 ):
