@@ -5,9 +5,11 @@ of an upload and then stalls holds its connection, and the request's task, for e
 arrive whole, head and body, within `read_deadline_s` of its first byte (a new connection's first request:
 of its opening). A client slower than that is answered 408 `{"detail": ...}` and its connection closed;
 a request the app already holds sees the client as gone (`http.disconnect`, which app/middleware.py logs
-in one line). `uvicorn_options` gives both servers (one process, or uvicorn's workers) this protocol and
-the bound on the connections a worker holds (`max_connections`, uvicorn's `limit_concurrency`: beyond it
-uvicorn answers 503).
+in one line). A request's head (its request line and headers) is bounded too, at MAX_HEAD_BYTES: httptools
+reads a header of any length, joining its pieces as they come, on the event loop (a header of tens of
+megabytes holds it for seconds); a longer head is answered 431 and its connection closed. `uvicorn_options` gives both
+servers (one process, or uvicorn's workers) this protocol and the bound on the connections a worker holds
+(`max_connections`, uvicorn's `limit_concurrency`: beyond it uvicorn answers 503).
 """
 
 import asyncio
@@ -25,20 +27,32 @@ log = logging.getLogger(__name__)
 
 CUT_OFF = "read_deadline_passed"  # set in a request's scope state when the deadline cut it off
 REQUEST_ID = "X-Request-ID"  # the header every answer carries (app/middleware.py's RequestIdMiddleware)
+# The longest head a request may have: 8 times nginx's default for its headers (4 buffers of 8 kB), far
+# beyond any browser's or client's; a head is counted from the read after its first byte's, so a worker
+# reads at most this and one read (256 kB) of it
+MAX_HEAD_BYTES = 64 * 1024
 
 
-def timeout_response(read_deadline_s: float, request_id: str) -> bytes:
-    """The 408 a client too slow to send its request gets, closing the connection."""
-    body = orjson.dumps({"detail": f"the request did not arrive whole within {read_deadline_s:g} s of its first byte"})
+def closing_response(status: str, detail: str, request_id: str) -> bytes:
+    """An answer `{"detail": ...}` written by the protocol itself (the app never saw the request), closing the
+    connection: status is its line's code and reason, e.g. "408 Request Timeout"."""
+    body = orjson.dumps({"detail": detail})
     head = (
-        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\n{REQUEST_ID}: {request_id}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
 
 
+def timeout_response(read_deadline_s: float, request_id: str) -> bytes:
+    """The 408 a client too slow to send its request gets, closing the connection."""
+    detail = f"the request did not arrive whole within {read_deadline_s:g} s of its first byte"
+    return closing_response("408 Request Timeout", detail, request_id)
+
+
 class ReadDeadlineProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol whose requests must arrive whole within read_deadline_s of their first byte.
+    """HttpToolsProtocol whose requests must arrive whole within read_deadline_s of their first byte, their
+    heads within MAX_HEAD_BYTES.
 
     Args:
         read_deadline_s: seconds from a request's first byte (a new connection's opening) to its last.
@@ -50,15 +64,33 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
         self.read_deadline_s = read_deadline_s
         self._deadline: asyncio.TimerHandle | None = None
         self._before: object = None  # the connection's request cycle when the deadline was armed
+        self._head: int | None = None  # bytes of the head being read (None: none is), from the read after its start
+        self._heads = 0  # heads begun on the connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()  # a connection that never sends a byte is a slow client too
 
     def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():  # answered and closing (a 431, a 408): nothing more is read
+            return
         if self._deadline is None and (self.cycle is None or self.cycle.response_complete):
             self._arm()  # the first byte of the connection's next request
+        heads = self._heads
         super().data_received(data)
+        head = self._head
+        if head is not None and self._heads == heads and not self.transport.is_closing():  # data: all of it head
+            self._head = head + len(data)
+            if self._head > MAX_HEAD_BYTES:
+                self._head_too_long()
+
+    def on_message_begin(self) -> None:
+        self._head, self._heads = 0, self._heads + 1
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._head = None
+        super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._disarm()  # the whole request is here
@@ -98,6 +130,17 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
             self.transport.write(timeout_response(self.read_deadline_s, state.get("request_id", uuid.uuid4().hex)))
+        self.transport.close()
+
+    def _head_too_long(self) -> None:
+        """431 to a head over MAX_HEAD_BYTES, and the connection closed: the app never sees the request."""
+        request_id = uuid.uuid4().hex
+        log.info(
+            "%s: a request's head over %d bytes; answered 431, request id %s", self._peer(), MAX_HEAD_BYTES, request_id
+        )
+        detail = f"the request's line and headers are over {MAX_HEAD_BYTES:,} bytes; send them shorter"
+        self.transport.write(closing_response("431 Request Header Fields Too Large", detail, request_id))
+        self._disarm()
         self.transport.close()
 
     def _peer(self) -> str:

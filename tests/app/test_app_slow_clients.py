@@ -3,6 +3,7 @@ request that does not arrive whole within the read deadline is answered 408 and 
 whether it stalls in its head or its body; a client that goes away is one line in the log, no traceback;
 stalled connections leave /predict answering, and a worker holds at most max_connections."""
 
+import contextlib
 import logging
 import socket
 import time
@@ -10,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from app.http_protocol import uvicorn_options
+from app.http_protocol import MAX_HEAD_BYTES, uvicorn_options
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import serving
@@ -94,6 +95,38 @@ def test_a_head_that_never_ends_and_a_silent_connection_are_cut_too(slow_api):
     replies = [answer_then_close(sock) for sock in (partial, silent)]
     assert all(reply.startswith(b"HTTP/1.1 408 ") for reply in replies)
     assert len({request_id(reply) for reply in replies}) == 2  # one id each
+
+
+def test_a_head_over_its_bound_is_answered_431_and_closed(slow_api, caplog):
+    """A header of a quarter megabyte, sent in pieces as a client streams it: 431 with a sentence and the id of
+    the app's one line (info, no traceback), the connection closed; a head of half the bound is answered as
+    usual, and so is the next request."""
+    caplog.set_level(logging.INFO)
+    host, port = slow_api.removeprefix("http://").split(":")
+
+    def health_with_header(size: int) -> bytes:
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        head = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * size + b"\r\n\r\n"
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):  # closed while more was sent
+            for start in range(0, len(head), 16384):
+                sock.sendall(head[start : start + 16384])
+        chunks = []
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+                if b"".join(chunks).startswith(b"HTTP/1.1 200 ") and b"}" in chunk:
+                    break
+        sock.close()
+        return b"".join(chunks)
+
+    reply = health_with_header(4 * MAX_HEAD_BYTES)
+    assert reply.startswith(b"HTTP/1.1 431 ") and b"connection: close" in reply.lower(), reply[:200]
+    assert f"over {MAX_HEAD_BYTES:,} bytes".encode() in reply
+    (line,) = wait_for_records(caplog, lambda r: "answered 431" in r.getMessage())
+    assert line.levelno == logging.INFO and request_id(reply) in line.getMessage()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+    assert health_with_header(MAX_HEAD_BYTES // 2).startswith(b"HTTP/1.1 200 ")
+    assert predict(slow_api).status_code == 200
 
 
 def read_response(sock: socket.socket) -> bytes:
