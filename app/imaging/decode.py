@@ -97,23 +97,37 @@ def has_transparency(image: Image.Image) -> bool:
     return image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info
 
 
+def alpha_channel(image: Image.Image) -> Image.Image | None:
+    """The image's opacity as one 8-bit band (255: opaque), or None for an image without transparency. A 16-bit
+    grey PNG's one transparent value is matched at its depth: Pillow's RGBA conversion matches it after
+    clipping the grey to 8 bits (65535 would make every grey from 255 up transparent, 32896 none)."""
+    if not has_transparency(image):
+        return None
+    value = image.info.get("transparency")
+    if image.mode.startswith("I") and isinstance(value, int):
+        return Image.fromarray(np.where(np.asarray(image.convert("I")) == value, 0, 255).astype(np.uint8))
+    return image.convert("RGBA").getchannel("A")
+
+
 def channels(image: Image.Image) -> tuple[np.ndarray, np.ndarray | None]:
     """Grey (H, W) and alpha (H, W) or None when fully opaque, float32 in [0, 1].
 
-    Grey, RGB, palette, 1-bit, CMYK and 16-bit grey are all read; images larger than WORK_SIZE are
+    Grey, RGB, palette, 1-bit, CMYK and 16-bit grey are all read, with their transparency (an alpha
+    channel, or a PNG's one transparent value: at 16 bits too); images larger than WORK_SIZE are
     box-reduced first.
     """
-    if image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer
-        image, scale = image.convert("I"), 65535.0
-    elif has_transparency(image):
-        image, scale = image.convert("RGBA"), 255.0
-    else:
-        image, scale = image.convert("L"), 255.0
     factor = math.ceil(max(image.size) / WORK_SIZE)
-    if factor > 1:
-        image = image.reduce(factor)
-    x = np.clip(np.asarray(image, dtype=np.float32) / scale, 0.0, 1.0)
-    if x.ndim == 2:
-        return x, None
-    alpha = x[..., 3]
-    return x[..., :3] @ LUMA, (alpha if alpha.min() < 1.0 else None)
+
+    def read(band: Image.Image, scale: float) -> np.ndarray:
+        band = band.reduce(factor) if factor > 1 else band
+        return np.clip(np.asarray(band, dtype=np.float32) / scale, 0.0, 1.0)
+
+    if image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer, its grey at full depth
+        grey, opacity = read(image.convert("I"), 65535.0), alpha_channel(image)
+        alpha = None if opacity is None else read(opacity, 255.0)
+    elif has_transparency(image):
+        rgba = read(image.convert("RGBA"), 255.0)
+        grey, alpha = rgba[..., :3] @ LUMA, rgba[..., 3]
+    else:
+        return read(image.convert("L"), 255.0), None
+    return grey, (alpha if alpha is not None and alpha.min() < 1.0 else None)

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from app.imaging.decode import ImageError, has_transparency
+from app.imaging.decode import ImageError, alpha_channel
 
 LOCATE_SIZE = 128  # the paper, the ink and the digit's parts are found on a copy at most this side
 INK_FLOOR = 0.15  # ink below this fraction of the strongest ink is background noise (JPEG ringing)
@@ -58,7 +58,7 @@ def source(image: Image.Image) -> tuple[Image.Image, bool]:
     """An 8-bit grey picture to find the ink in, and whether its ink is known to be light on black
     (the alpha channel of a transparent image). Its full size is kept: only the digit's box of it is
     ever read at more than LOCATE_SIZE."""
-    alpha = image.convert("RGBA").getchannel("A") if has_transparency(image) else None
+    alpha = alpha_channel(image)
     if alpha is not None and alpha.getextrema()[0] < 255:  # type: ignore[operator]  # one band: (min, max)
         picture, light_ink = alpha, True
     elif image.mode.startswith("I"):  # 16-bit grey PNG ("I;16") or 32-bit integer

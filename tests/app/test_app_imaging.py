@@ -126,6 +126,27 @@ def test_palette_transparency_is_ink(seven):
     np.testing.assert_allclose(out, reference, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["none", "digit", "garment"])
+@pytest.mark.parametrize("paper, ink", [(128, 255), (255, 100)])
+def test_a_transparent_grey_value_is_transparent_at_16_bits_as_at_8(seven, mode, paper, ink):
+    """A grey PNG may name one value transparent (its tRNS chunk): the paper of that value is transparent at 16
+    bits as at 8, and only it, whichever preprocessing reads the picture (light ink on transparent mid-grey;
+    dark ink on transparent white, whose 8-bit clip every grey of 255 x 257 and up would share)."""
+    u8 = np.where(seven > 0.5, ink, paper).astype(np.uint8)
+    eight = encode(Image.fromarray(u8), transparency=paper)
+    sixteen = encode(Image.fromarray(u8.astype(np.uint16) * 257), transparency=paper * 257)
+    assert Image.open(io.BytesIO(sixteen)).mode == "I;16"
+    if mode == "garment" and ink > paper:  # a white garment cut out: shown on white, nothing stands out
+        for data in (eight, sixteen):
+            with pytest.raises(ImageError, match="nothing stands out"):
+                load(data, mode)
+        return
+    out = load(sixteen, mode)
+    np.testing.assert_allclose(out, load(eight, mode), atol=1e-6)
+    if mode == "none":
+        np.testing.assert_allclose(out, np.where(seven > 0.5, ink / 255, 0.0), atol=1e-6)
+
+
 def test_exif_orientation_is_applied(seven):
     u8 = np.round(seven * 255).astype(np.uint8)
     exif = Image.Exif()
