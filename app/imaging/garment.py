@@ -14,6 +14,8 @@ from app.imaging.prepared import Prepared
 
 BORDER = 0.02  # the frame (fraction of the longer side) whose median is the background
 TRIM = 0.05  # what differs from the background by less is trimmed (Fashion-MNIST's 5% distance)
+MIN_SHARE = 0.25  # the heaviest part holds at least this share of what stands out, or nothing is one object
+MIN_SIDE = 0.05  # an object whose longer side is under this fraction of the picture's is a speck
 
 
 def on_white(image: Image.Image) -> np.ndarray:
@@ -28,7 +30,9 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     `box` (anti-aliased), the other edge extended to `size` around it, and the intensities negated so
     that the object is light on black; its grey levels are kept (a garment is not ink). A dark
     background is not negated. What differs from the background by under TRIM (or the frame's noise) is
-    trimmed, and specks (parts with under MIN_PART of the heaviest's weight) are left out."""
+    trimmed, and specks (parts with under MIN_PART of the heaviest's weight) are left out. A picture whose
+    heaviest part holds under MIN_SHARE of what stands out (scattered specks, sparse noise), or whose object
+    spans under MIN_SIDE of its longer side (a dot), shows no object to read: an ImageError says so."""
     x = on_white(image)
     h, w = x.shape
     m = max(1, round(BORDER * max(h, w)))
@@ -48,9 +52,19 @@ def prepare(image: Image.Image, size: int, box: int) -> Prepared:
     if n == 0:  # all of it within the frame's noise of the background: noise, no object
         raise flat
     masses = np.bincount(labels.ravel(), a.ravel(), n + 1)[1:]
+    if masses.max() < MIN_SHARE * masses.sum():
+        raise ImageError(
+            "no one object stands out: what differs from the background is scattered over the picture (noise "
+            "or specks); send a photo of one garment on a plain background"
+        )
     kept = np.flatnonzero(masses >= MIN_PART * masses.max()) + 1
     rows, cols = np.nonzero(np.isin(labels, kept))
     a = a[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+    if max(a.shape) < MIN_SIDE * max(h, w):
+        raise ImageError(
+            f"the object that stands out spans {max(a.shape) / max(h, w):.1%} of the picture's longer side, too "
+            "little to be read as a garment; crop the picture to the garment"
+        )
     scale = box / max(a.shape)
     height, width = (min(box, max(1, round(side * scale))) for side in a.shape)
     small = np.clip(resample.resize(a, (width, height), "lanczos"), 0.0, 1.0)

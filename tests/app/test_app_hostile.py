@@ -18,6 +18,8 @@ PNG = encode(DIGIT)
 B64 = base64.b64encode(PNG).decode()
 CAPSULE = [0.1] * 16
 NOISE = encode(np.random.default_rng(0).integers(0, 256, (170, 127), dtype=np.uint8))  # no object, no ink
+SPECKS = encode((np.random.default_rng(0).random((300, 300)) < 0.1).astype(np.uint8) * 255)  # a tenth of it white
+ONE_PIXEL = encode(np.pad(np.full((1, 1), 255, np.uint8), 500))  # a white pixel amid 1001x1001 black
 
 
 def png_bomb(width: int, height: int) -> bytes:
@@ -129,6 +131,8 @@ CASES = [
     ("blank white canvas", "POST", "/predict", upload(bigger()), {}),
     ("uniform noise as a digit", "POST", "/predict", upload(NOISE), {}),
     ("uniform noise as a garment", "POST", "/predict", upload(NOISE), {"model": "fashion-mnist"}),
+    ("scattered specks as a garment", "POST", "/predict", upload(SPECKS), {"model": "fashion-mnist"}),
+    ("one pixel of a large picture as a garment", "POST", "/predict", upload(ONE_PIXEL), {"model": "fashion-mnist"}),
     ("blank transparent canvas", "POST", "/predict", upload(encode(Image.new("RGBA", (280, 280)))), {}),
     ("preprocess=none on 280x280", "POST", "/predict", upload(bigger(value=0)), {"preprocess": "none"}),
     ("unknown preprocess", "POST", "/predict", upload(PNG), {"preprocess": "fancy"}),
