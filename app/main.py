@@ -14,6 +14,7 @@ import cv2
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from threadpoolctl import threadpool_limits
 
@@ -120,11 +121,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
 
-    @app.head("/", include_in_schema=False)  # as app/router.py's Router answers HEAD
     @app.get("/", include_in_schema=False)
     async def root(request: Request) -> RedirectResponse:
         """A person who opens the service's address lands on its documentation."""
         return RedirectResponse(request.scope.get("root_path", "") + DOCS)
 
+    for route in app.routes:  # the undocumented pages (/, /docs, /redoc) answer HEAD as app/router.py's routes do
+        if isinstance(route, APIRoute) and not route.include_in_schema and route.methods == {"GET"}:
+            route.methods.add("HEAD")
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's way to extend the document
     return app

@@ -43,6 +43,8 @@ async def reconstruct(
     default). The decoder sees the 10 class capsules with all but `digit` (the class index) set to zero
     (section 4.1); the drawings have the model's input size (28x28, MultiMNIST's 36x36)."""
     parts = parse_include(include, DRAWING_OPTIONS)
+    if not parts:
+        raise HTTPException(422, f"include names nothing to return; name {' or '.join(DRAWING_OPTIONS)}, or both")
     items = (await read_json(request, ReconstructRequest)).as_items()
     if len(items) > engine.settings.max_reconstruct_batch:
         raise HTTPException(

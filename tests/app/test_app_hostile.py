@@ -164,6 +164,7 @@ CASES = [
     ("huge value in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": [1e300, *CAPSULE[1:]]}}, {}),
     ("string in capsule", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": ["a", *CAPSULE[1:]]}}, {}),
     ("digit 10", "POST", "/reconstruct", {"json": {"digit": 10, "capsule": CAPSULE}}, {}),
+    ("reconstruct nothing", "POST", "/reconstruct", {"json": {"digit": 1, "capsule": CAPSULE}}, {"include": ""}),
     ("digit -1", "POST", "/reconstruct", {"json": {"digit": -1, "capsule": CAPSULE}}, {}),
     ("digit 2.5", "POST", "/reconstruct", {"json": {"digit": 2.5, "capsule": CAPSULE}}, {}),
     ("no capsule", "POST", "/reconstruct", {"json": {"digit": 3}}, {}),

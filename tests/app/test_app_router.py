@@ -1,7 +1,9 @@
 """HEAD wherever GET (app/router.py's Router): the same status and headers without a body, on every route the
-OpenAPI document lists for GET and on the undocumented `/`; the document itself lists no HEAD."""
+OpenAPI document lists for GET and on the undocumented pages (`/`, `/docs`, `/redoc`, the document itself);
+the document lists no HEAD."""
 
 import pytest
+from starlette.routing import Route
 
 FILLED = {"{name}": "mnist", "{version}": "1"}
 
@@ -10,12 +12,14 @@ def get_paths(app) -> list[str]:
     paths = [path for path, operations in app.openapi()["paths"].items() if "get" in operations]
     for field, value in FILLED.items():
         paths = [path.replace(field, value) for path in paths]
-    return [*paths, "/"]
+    pages = [r.path for r in app.routes if isinstance(r, Route) and not r.include_in_schema and "GET" in r.methods]
+    return [*paths, *pages]
 
 
 def test_every_get_route_answers_head_alike(app, client):
     paths = get_paths(app)
-    assert {"/health", "/ready", "/models", "/model", "/metrics", "/v2/models/mnist", "/"} <= set(paths)
+    assert {"/health", "/ready", "/models", "/model", "/metrics", "/v2/models/mnist"} <= set(paths)
+    assert {"/", "/docs", "/redoc", "/openapi.json"} <= set(paths)
     for path in paths:
         get, head = client.get(path, follow_redirects=False), client.head(path, follow_redirects=False)
         kind = get.headers.get("content-type")
