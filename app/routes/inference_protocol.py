@@ -244,6 +244,10 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
         )
     count = math.prod(shape)
     size = parameters_of(tensor, f"input {expected.name}").get("binary_data_size")
+    if size is not None and tensor.get("data") is not None:
+        raise ProtocolError(
+            f"input {expected.name} has both `data` and parameters.binary_data_size; send its values one way"
+        )
     if size is not None:
         if type(size) is not int or size != 4 * count:
             raise ProtocolError(
@@ -270,13 +274,18 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
                 "request with parameters.binary_data_size"
             )
         try:  # no dtype: strings, booleans and ragged lists stay what they are, and are refused below
-            array = np.asarray(data).reshape(-1)
+            array = np.asarray(data)
         except ValueError:
             array = np.empty(0, object)
-        if array.dtype.kind not in "iuf":
+        if array.dtype.kind not in "iuf" or array.ndim not in (1, len(shape)):
             raise ProtocolError(
                 f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} or flat"
             )
+        if array.ndim > 1 and list(array.shape) != shape:
+            raise ProtocolError(
+                f"input {expected.name}: `data` is nested as shape {list(array.shape)}; send it as {shape}, or flat"
+            )
+        array = array.reshape(-1)
         if array.size != count:
             raise ProtocolError(f"input {expected.name}: `data` has {array.size} values, shape {shape} needs {count}")
     low, high = VALUE_RANGE.get(expected.name, (-np.inf, np.inf))  # checked before float32 could overflow

@@ -160,6 +160,18 @@ def binary_request(request: dict, tensor: bytes) -> tuple[bytes, dict]:
         (json.dumps({"inputs": [{**IMAGE, "data": ["0.5"] * 784}]}).encode(), {}, "list of numbers"),
         (json.dumps({"inputs": [{**IMAGE, "data": [True] * 784}]}).encode(), {}, "list of numbers"),
         (json.dumps({"inputs": [{**IMAGE, "data": [[0.5] * 783, [0.5]]}]}).encode(), {}, "list of numbers"),
+        (
+            json.dumps({"inputs": [{**IMAGE, "data": [[[[0.0] * 7] * 4] * 28]}]}).encode(),
+            {},
+            "`data` is nested as shape [1, 28, 4, 7]; send it as [1, 1, 28, 28], or flat",
+        ),
+        (json.dumps({"inputs": [{**IMAGE, "data": [[0.0] * 28] * 28}]}).encode(), {}, "list of numbers, nested as"),
+        (
+            *binary_request(
+                {"inputs": [{**IMAGE, "data": [0] * 784, "parameters": {"binary_data_size": 3136}}]}, b"\0" * 3136
+            ),
+            "has both `data` and parameters.binary_data_size; send its values one way",
+        ),
         (json.dumps({"inputs": [IMAGE]}).encode(), {}, "input image has no `data`"),
         (json.dumps({"inputs": [{**IMAGE, "data": [1e39] * 784}]}).encode(), {}, "values from 1e+39 to 1e+39"),
         (
