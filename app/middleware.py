@@ -95,7 +95,8 @@ def request_line(scope: Scope) -> str:
 
 
 class BodyLimitMiddleware:
-    """Answers 413 to bodies over max_bytes: at once from Content-Length, else while they stream in.
+    """Answers 413 to bodies over max_bytes: at once from Content-Length, else while they stream in; and 415 to
+    a body in a content coding (Content-Encoding: gzip, ...), which no route decodes (RFC 9110, section 8.4.1).
 
     Nothing larger than the limit is ever held in memory.
     """
@@ -111,7 +112,12 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = Headers(scope=scope).get("content-length")
+        headers = Headers(scope=scope)
+        coding = headers.get("content-encoding", "").strip().lower() or "identity"
+        if coding != "identity":
+            detail = f"the body is sent with Content-Encoding {coding[:64]!r}; send it uncompressed"
+            return await JSONResponse({"detail": detail}, 415)(scope, receive, send)
+        declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             detail = (
                 self._too_large(int(declared))

@@ -16,7 +16,8 @@ binary tensor data extension, what tritonclient sends by default): the header
 comes back the same way. A body sent as `Content-Type: application/json` is the JSON request alone.
 Errors are `{"error": "<sentence>"}`: 400 for a bad request, 404 for an unknown model, 503 while not
 ready or when the queue is full, 504 past the request deadline (503 and 504 with Retry-After). A body over
-the size limit is the middleware's 413 `detail`, as on every route (app/middleware.py).
+the size limit, or in a content coding, is the middleware's 413 or 415 `detail`, as on every route
+(app/middleware.py).
 
 The OpenAPI document has one infer operation per served graph, with that graph's own request schema
 (`document_infer`): every request it describes is one the route takes (its rows are those an answer of
@@ -50,6 +51,7 @@ router = Router(prefix="/v2", tags=[TAG])
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ROWS = 1024  # images or capsule sets in one infer request
+MIDDLEWARE = ("413", "415")  # statuses app/middleware.py answers before the route, with `detail`
 # values in one answer: about 45 MB as JSON, 16 MB in binary. A row's every output is 58,557 values for mnist
 # (routing_iterations: 34,560), so a request within MAX_ROWS and the body limit could ask for gigabytes
 MAX_ANSWER_VALUES = 2**22
@@ -419,6 +421,7 @@ def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int)
         "400": "a request the graph cannot take; the error says what was wrong",
         "404": "no such model or version",
         "413": "a body over the server's limit (CAPSNET_MAX_BODY_BYTES)",
+        "415": "a body in a content coding (Content-Encoding: gzip, ...): send it uncompressed",
         "503": "not ready, or the queue is full",
         "504": "the model did not answer within the request deadline",
     }
@@ -468,7 +471,8 @@ def infer_operation(name: str, session, outputs: list[str], max_body_bytes: int)
                     "content": {
                         "application/json": {
                             "schema": {
-                                "$ref": f"#/components/schemas/{'ErrorMessage' if status == '413' else 'ErrorBody'}"
+                                "$ref": "#/components/schemas/"
+                                + ("ErrorMessage" if status in MIDDLEWARE else "ErrorBody")
                             }
                         }
                     },

@@ -21,7 +21,7 @@ router = APIRouter(tags=["model"])
     responses=errors(
         {
             404: "no such model",
-            415: "a body not sent as application/json",
+            415: "a body not sent as application/json, or sent compressed (Content-Encoding)",
             422: "not JSON, or a bad digit, capsule or batch size",
             503: "the model is not ready, or too many requests are waiting",
             504: "the request waited past its deadline",

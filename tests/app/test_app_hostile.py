@@ -1,6 +1,7 @@
 """Hostile inputs: every one is a 4xx with a sentence in {"detail": ...}, and the server lives on."""
 
 import base64
+import gzip
 import json
 import struct
 import zlib
@@ -140,6 +141,16 @@ CASES = [
     ("text/plain body", "POST", "/predict", {"content": PNG, "headers": {"content-type": "text/plain"}}, {}),
     ("raw image/png body", "POST", "/predict", {"content": PNG, "headers": {"content-type": "image/png"}}, {}),
     ("XML body", "POST", "/predict", {"content": b"<a/>", "headers": {"content-type": "application/xml"}}, {}),
+    (
+        "gzip body",
+        "POST",
+        "/predict",
+        {
+            "content": gzip.compress(b'{"image": "' + B64.encode() + b'"}'),
+            "headers": {"content-type": "application/json", "content-encoding": "gzip"},
+        },
+        {},
+    ),
     ("invalid JSON", "POST", "/predict", json_body('{"image": '), {}),
     ("JSON without image", "POST", "/predict", {"json": {"picture": B64}}, {}),
     ("JSON extra field", "POST", "/predict", {"json": {"image": B64, "extra": 1}}, {}),
@@ -279,7 +290,7 @@ def test_statuses_say_what_kind_of_mistake(client):
 
     assert status("20 MB body") == status("20 MB chunked body") == 413
     assert status("decompression bomb over our limit") == status("decompression bomb over Pillow's limit") == 413
-    assert status("text/plain body") == status("reconstruct multipart") == 415
+    assert status("text/plain body") == status("reconstruct multipart") == status("gzip body") == 415
     r = client.get("/no/such/route")  # the router's own answers say what was asked and what to do
     assert (
         r.status_code == 404 and r.json()["detail"] == "this server has no route /no/such/route (GET /docs lists them)"
