@@ -7,9 +7,10 @@ of its opening). A client slower than that is answered 408 `{"detail": ...}` and
 a request the app already holds sees the client as gone (`http.disconnect`, which app/middleware.py logs
 in one line). A request's head (its request line and headers) is bounded too, at MAX_HEAD_BYTES: httptools
 reads a header of any length, joining its pieces as they come, on the event loop (a header of tens of
-megabytes holds it for seconds); a longer head is answered 431 and its connection closed. `uvicorn_options` gives both
-servers (one process, or uvicorn's workers) this protocol and the bound on the connections a worker holds
-(`max_connections`, uvicorn's `limit_concurrency`: beyond it uvicorn answers 503).
+megabytes holds it for seconds); a longer head is answered 431 and its connection closed, and a request
+httptools cannot parse 400, in JSON as every error is. `uvicorn_options` gives both servers (one process, or
+uvicorn's workers) this protocol and the bound on the connections a worker holds (`max_connections`,
+uvicorn's `limit_concurrency`: beyond it uvicorn answers 503).
 """
 
 import asyncio
@@ -130,6 +131,13 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
             self.transport.write(timeout_response(self.read_deadline_s, state.get("request_id", uuid.uuid4().hex)))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """What httptools cannot parse (uvicorn's msg: "Invalid HTTP request received.") is answered as every
+        error is, `{"detail": ...}` with a request id, not in uvicorn's plain text; the connection closed."""
+        detail = "the request is not valid HTTP/1.1: a malformed request line, header or length"
+        self.transport.write(closing_response("400 Bad Request", detail, uuid.uuid4().hex))
         self.transport.close()
 
     def _head_too_long(self) -> None:

@@ -4,6 +4,7 @@ whether it stalls in its head or its body; a client that goes away is one line i
 stalled connections leave /predict answering, and a worker holds at most max_connections."""
 
 import contextlib
+import json
 import logging
 import socket
 import time
@@ -127,6 +128,18 @@ def test_a_head_over_its_bound_is_answered_431_and_closed(slow_api, caplog):
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
     assert health_with_header(MAX_HEAD_BYTES // 2).startswith(b"HTTP/1.1 200 ")
     assert predict(slow_api).status_code == 200
+
+
+def test_a_request_that_is_not_http_is_answered_in_json_and_closed(slow_api):
+    """Two Content-Lengths (a request smuggler's trick) cannot be parsed: 400 with a sentence in JSON, as every
+    error is, with a request id, and the connection closed."""
+    host, port = slow_api.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")
+    reply = answer_then_close(sock)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), reply
+    assert json.loads(body)["detail"].startswith("the request is not valid HTTP/1.1") and request_id(reply)
 
 
 def read_response(sock: socket.socket) -> bytes:
