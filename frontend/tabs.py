@@ -46,7 +46,7 @@ LOOKS = {
         examples=EXAMPLES,
         examples_label="MNIST test digits",
         noun="digit",
-        pick_info="What does the 3-capsule see? Pick any digit.",
+        pick_info="The answer's digit first; pick any digit to see what its capsule draws.",
     ),
     "digit-pair": Look(
         label="Two digits",
@@ -69,7 +69,7 @@ LOOKS = {
         examples=FASHION_EXAMPLES,
         examples_label="Fashion-MNIST test images",
         noun="class",
-        pick_info="What does the Bag capsule see? Pick any class.",
+        pick_info="The answer's class first; pick any class to see what its capsule draws.",
     ),
 }
 
