@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 
 CUT_OFF = "read_deadline_passed"  # set in a request's scope state when the deadline cut it off
 REQUEST_ID = "X-Request-ID"  # the header every answer carries (app/middleware.py's RequestIdMiddleware)
-# The longest head a request may have: 8 times nginx's default for its headers (4 buffers of 8 kB), far
+# The longest head a request may have: twice what nginx takes by default (4 buffers of 8 kB), far
 # beyond any browser's or client's; a head is counted from the read after its first byte's, so a worker
-# reads at most this and one read (256 kB) of it
+# reads at most this and one read (uvloop reads 256,000 bytes at most) of it
 MAX_HEAD_BYTES = 64 * 1024
 
 
