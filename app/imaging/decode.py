@@ -20,6 +20,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
 WORK_SIZE = 1024  # large images are box-reduced to at most this side before the float maths
+MAX_SIDE = 2**31 - 1  # the largest side a file of FORMATS can hold (PNG's, BMP's; the others stop below)
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's convert("L") uses
 DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
 
@@ -70,6 +71,10 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     with _decoder_errors():
         image = Image.open(io.BytesIO(data), formats=FORMATS)
     width, height = image.size
+    if max(width, height) > MAX_SIDE:  # a side no format stores: a negative one read as unsigned
+        raise ImageError(
+            f"the image's header gives it {width}x{height} pixels, a size no image has: the file is corrupt"
+        )
     if width * height > max_pixels:
         raise ImageError(
             f"the image has {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}", 413

@@ -147,6 +147,15 @@ def test_a_transparent_grey_value_is_transparent_at_16_bits_as_at_8(seven, mode,
         np.testing.assert_allclose(out, np.where(seven > 0.5, ink / 255, 0.0), atol=1e-6)
 
 
+def test_a_header_with_a_negative_side_is_a_corrupt_file():
+    """A BMP whose header gives a width of -28 (Pillow reads 4,294,967,268) is corrupt (422), not too large (413)."""
+    data = bytearray(encode(np.zeros((28, 28), np.uint8), "BMP"))
+    data[18:22] = (-28).to_bytes(4, "little", signed=True)
+    with pytest.raises(ImageError, match="a size no image has: the file is corrupt") as raised:
+        imaging.decode(bytes(data), MAX_PIXELS)
+    assert raised.value.status_code == 422
+
+
 def test_exif_orientation_is_applied(seven):
     u8 = np.round(seven * 255).astype(np.uint8)
     exif = Image.Exif()
