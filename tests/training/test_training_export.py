@@ -192,7 +192,7 @@ def test_dimensions_are_measured_on_the_data_here_when_the_trainers_folder_is_no
     tmp_path, idx_dir, few_of_each_class, monkeypatch
 ):
     """A card trained on another machine (a GPU window's) names that machine's data folder: the dimensions are
-    measured on it where it is here too, else on data/<dataset>."""
+    measured on it where it is here too (a folder of the repository: by its place there), else on data/<dataset>."""
     monkeypatch.setitem(data.DEFAULT_DIRS, "mnist", few_of_each_class["mnist"])  # 60 test images
     card = {
         "dataset": "mnist",
@@ -202,6 +202,9 @@ def test_dimensions_are_measured_on_the_data_here_when_the_trainers_folder_is_no
     images, labels, _ = cards.dimension_examples(card)
     assert images.shape == (60, 28, 28) and labels.shape == (60, 1)
     card["train_config"]["data_dir"] = str(idx_dir)  # 200 test images
+    assert cards.dimension_examples(card)[0].shape == (200, 28, 28)
+    monkeypatch.setattr(cards, "REPO", idx_dir.parent)  # a card names a folder of the repository by its place there
+    card["train_config"]["data_dir"] = idx_dir.name
     assert cards.dimension_examples(card)[0].shape == (200, 28, 28)
 
 
