@@ -32,6 +32,16 @@ REQUEST_ID = "X-Request-ID"  # the header every answer carries (app/middleware.p
 # beyond any browser's or client's; a head is counted from the read after its first byte's, so a worker
 # reads at most this and one read (uvloop reads 256,000 bytes at most) of it
 MAX_HEAD_BYTES = 64 * 1024
+INVALID_HTTP = "Invalid HTTP request received."  # uvicorn's WARNING for what httptools cannot parse
+
+
+class AnsweredParseErrors(logging.Filter):
+    """Drops uvicorn's WARNING (`uvicorn.error`) for a request that httptools cannot parse: send_400_response
+    writes that one at info level, with the id its answer carries, as a 408 or a 431 is written (a client's
+    mistake). For `uvicorn.error`, in each process that serves (app/workers.py's configure_logging)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != INVALID_HTTP
 
 
 def closing_response(status: str, detail: str, request_id: str) -> bytes:
@@ -136,8 +146,10 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """What httptools cannot parse (uvicorn's msg: "Invalid HTTP request received.") is answered as every
         error is, `{"detail": ...}` with a request id, not in uvicorn's plain text; the connection closed."""
+        request_id = uuid.uuid4().hex
+        log.info("%s: a request that is not valid HTTP/1.1; answered 400, request id %s", self._peer(), request_id)
         detail = "the request is not valid HTTP/1.1: a malformed request line, header or length"
-        self.transport.write(closing_response("400 Bad Request", detail, uuid.uuid4().hex))
+        self.transport.write(closing_response("400 Bad Request", detail, request_id))
         self.transport.close()
 
     def _head_too_long(self) -> None:

@@ -37,18 +37,21 @@ from uvicorn.supervisors import Multiprocess
 
 from app import cores
 from app.engine import Engines, ModelLoadError
-from app.http_protocol import uvicorn_options
+from app.http_protocol import AnsweredParseErrors, uvicorn_options
 from app.main import create_app
 from app.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's variable, read in each worker
+ANSWERED_PARSE_ERRORS = AnsweredParseErrors()  # one per process: addFilter adds the same filter once
 PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for this process when its parent dies
 
 
 def configure_logging(settings: Settings) -> None:
-    """The app's log lines, at the settings' level, in whichever process this is."""
+    """The app's log lines, at the settings' level, in whichever process this is; uvicorn's, but for what the
+    app's protocol logs itself (AnsweredParseErrors)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("uvicorn.error").addFilter(ANSWERED_PARSE_ERRORS)
 
 
 def check_models(settings: Settings) -> None:

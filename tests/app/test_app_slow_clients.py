@@ -15,6 +15,7 @@ import pytest
 from app.http_protocol import MAX_HEAD_BYTES, uvicorn_options
 from app.main import create_app
 from app.settings import Settings
+from app.workers import configure_logging
 from tests.conftest import serving
 from tests.harness import BOUNDARY, digit_png, multipart
 
@@ -130,9 +131,12 @@ def test_a_head_over_its_bound_is_answered_431_and_closed(slow_api, caplog):
     assert predict(slow_api).status_code == 200
 
 
-def test_a_request_that_is_not_http_is_answered_in_json_and_closed(slow_api):
+def test_a_request_that_is_not_http_is_answered_in_json_and_closed(slow_api, caplog):
     """Two Content-Lengths (a request smuggler's trick) cannot be parsed: 400 with a sentence in JSON, as every
-    error is, with a request id, and the connection closed."""
+    error is, with a request id, and the connection closed; the log has one info line naming that id, not
+    uvicorn's WARNING without it."""
+    configure_logging(Settings())  # as each serving process does
+    caplog.set_level(logging.INFO)
     host, port = slow_api.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=10)
     sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")
@@ -140,6 +144,9 @@ def test_a_request_that_is_not_http_is_answered_in_json_and_closed(slow_api):
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), reply
     assert json.loads(body)["detail"].startswith("the request is not valid HTTP/1.1") and request_id(reply)
+    (line,) = wait_for_records(caplog, lambda r: "answered 400" in r.getMessage())
+    assert line.levelno == logging.INFO and request_id(reply) in line.getMessage()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
 
 
 def read_response(sock: socket.socket) -> bytes:
