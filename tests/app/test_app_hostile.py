@@ -6,12 +6,13 @@ import json
 import struct
 import zlib
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
 
 from model import contract
-from tests.harness import MULTIPART, encode, multipart
+from tests.harness import BOUNDARY, MULTIPART, encode, multipart
 
 MB = 1024 * 1024
 DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink
@@ -318,6 +319,26 @@ def test_statuses_say_what_kind_of_mistake(client):
     assert status("text file") == status("blank white canvas") == status("NaN in capsule") == 422
     r = client.post("/predict", files={"file": ("d.png", bigger(), "image/png")})
     assert "no ink" in r.json()["detail"]
+
+
+def test_a_multipart_boundary_is_one_of_rfc_2046s(client):
+    """A boundary of characters RFC 2046 does not allow (non-ASCII, a last space) is a 400 saying which it allows,
+    not that its length is wrong; every character it allows, an inner space among them, reads the upload."""
+
+    def sent_with(boundary: str, quoted: bool = True) -> httpx.Response:
+        body = multipart(PNG).replace(BOUNDARY.encode(), boundary.encode())
+        header = f'"{boundary}"' if quoted else boundary
+        headers = {"content-type": f"multipart/form-data; boundary={header}".encode()}
+        return client.post("/predict", params={"include": ""}, content=body, headers=headers)
+
+    for boundary, quoted in (("é", False), ("é", True), ("ab ", True), ("a\tb", True)):
+        r = sent_with(boundary, quoted)
+        assert r.status_code == 400 and "ASCII letters, digits or '()+_,-./:=?" in r.json()["detail"], (
+            boundary,
+            r.text,
+        )
+    assert sent_with("0aZ'()+_,-./:=? b").status_code == 200
+    assert sent_with("b" * 70, quoted=False).status_code == 200
 
 
 def test_the_server_answers_as_before_after_the_corpus(client):
