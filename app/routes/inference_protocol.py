@@ -24,6 +24,7 @@ The OpenAPI document has one infer operation per served graph, with that graph's
 every output has room for; more are taken when `outputs` names fewer, as its description says).
 """
 
+import itertools
 import math
 import re
 from typing import Any
@@ -219,6 +220,14 @@ def flag(entry: dict, name: str, where: str, default: bool = False) -> bool:
     return value
 
 
+def holds_booleans(data: list, depth: int) -> bool:
+    """Whether a JSON list of numbers nested `depth` deep holds a true or a false, which numpy reads as 1 and 0
+    among numbers."""
+    for _ in range(depth - 1):
+        data = list(itertools.chain.from_iterable(data))
+    return bool in set(map(type, data))
+
+
 def read_input(request: dict, session, binary: bytes) -> np.ndarray:
     """The one input tensor of the request, checked against the graph's."""
     (expected,) = session.get_inputs()
@@ -279,9 +288,10 @@ def read_input(request: dict, session, binary: bytes) -> np.ndarray:
             array = np.asarray(data)
         except ValueError:
             array = np.empty(0, object)
-        if array.dtype.kind not in "iuf" or array.ndim not in (1, len(shape)):
+        if array.dtype.kind not in "iuf" or array.ndim not in (1, len(shape)) or holds_booleans(data, array.ndim):
             raise ProtocolError(
-                f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} or flat"
+                f"input {expected.name}: `data` must be a list of numbers, nested as shape {shape} or flat (true "
+                "and false are not numbers)"
             )
         if array.ndim > 1 and list(array.shape) != shape:
             raise ProtocolError(

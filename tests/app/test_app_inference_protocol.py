@@ -159,6 +159,16 @@ def binary_request(request: dict, tensor: bytes) -> tuple[bytes, dict]:
         (json.dumps({"inputs": [{**IMAGE, "data": ["x"] * 784}]}).encode(), {}, "list of numbers"),
         (json.dumps({"inputs": [{**IMAGE, "data": ["0.5"] * 784}]}).encode(), {}, "list of numbers"),
         (json.dumps({"inputs": [{**IMAGE, "data": [True] * 784}]}).encode(), {}, "list of numbers"),
+        (
+            json.dumps({"inputs": [{**IMAGE, "data": [0.5] * 783 + [True]}]}).encode(),
+            {},
+            "(true and false are not numbers)",
+        ),
+        (
+            json.dumps({"inputs": [{**IMAGE, "data": [[[[0] * 27 + [False]] * 28]]}]}).encode(),
+            {},
+            "(true and false are",
+        ),
         (json.dumps({"inputs": [{**IMAGE, "data": [[0.5] * 783, [0.5]]}]}).encode(), {}, "list of numbers"),
         (
             json.dumps({"inputs": [{**IMAGE, "data": [[[[0.0] * 7] * 4] * 28]}]}).encode(),
