@@ -116,8 +116,8 @@ def lengths_chart(
 
     A present class is trained to a length above m+ and an absent one below m- (paper, Eq. 4). `marks`
     colours the answer's bars (class -> colour); `names` label the bars, slanted where they are wider
-    than a bar's slot. Each bar's length is written above it on the paper, which a margin line passing
-    behind it does not cross, and a full bar's leaves room for the title above it.
+    than a bar's slot. Each bar's length is written above it, just above a margin line it would sit on, and
+    a full bar's leaves room for the title above it.
     """
     title_font, small, label = font(17), font(14), font(16)
     left, right = 44, 70
@@ -150,13 +150,19 @@ def lengths_chart(
         else:
             draw.text(((x0 + x1) / 2, top + plot_h + 6), names[j], fill=INK, font=label, anchor="mt")
 
+    lines = []
     for margin, name in ((M_PLUS, "m+"), (M_MINUS, "m-")):
         y = y_of(margin)
+        lines.append(y)
         for x in range(left, left + plot_w, 10):  # dashed
             draw.line([(x, y), (min(x + 5, left + plot_w), y)], fill=MARGIN, width=2)
         draw.text((left + plot_w + 6, y), f"{name} = {margin:g}", fill=MARGIN, font=small, anchor="lm")
-    for centre, baseline, text in bars:  # over the lines, each on its own patch of paper
-        draw.rectangle(draw.textbbox((centre, baseline), text, font=small, anchor="md"), fill=PAPER)
+    for centre, baseline, text in bars:
+        _, upper, _, lower = draw.textbbox((centre, baseline), text, font=small, anchor="md")
+        for y in lines:  # on a line, its dashes either side would read as a minus sign: just above it instead
+            if upper - 2 <= y <= lower + 2:
+                shift = lower - y + 4
+                baseline, upper, lower = baseline - shift, upper - shift, lower - shift
         draw.text((centre, baseline), text, fill=INK, font=small, anchor="md")
     return image
 

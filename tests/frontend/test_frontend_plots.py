@@ -5,10 +5,11 @@ within its image)."""
 import json
 
 import numpy as np
+import pytest
 
 from frontend import plots
 from model import contract
-from model.contract import M_MINUS, NUM_CLASSES
+from model.contract import M_MINUS, M_PLUS, NUM_CLASSES
 
 
 def coloured(image, colour, tolerance: int = 0) -> np.ndarray:
@@ -35,21 +36,22 @@ def test_a_full_bar_has_its_length_written_below_the_title():
     assert rows[0] > 0 and rows[gaps[0] + 1] > plots.TITLE_ROOM // 2  # neither cut by the image's top
 
 
-def test_no_margin_line_crosses_a_bars_length():
-    """Bars at half of m-: their lengths are written where the m- line runs, on paper that stops the line."""
-    lengths = np.full(NUM_CLASSES, M_MINUS / 2, np.float32)
-    chart = plots.lengths_chart(lengths, {})
-    line = coloured(chart, plots.MARGIN)
-    bars = coloured(chart, plots.BAR)
+@pytest.mark.parametrize("length", [M_MINUS / 2, M_MINUS, M_PLUS - 0.01])
+def test_no_bars_length_is_written_on_a_margin_line(length):
+    """Bars whose lengths would be written where a margin line runs (under m-, at m-, just under m+): each is
+    written just above the line, clear of it (its dashes either side would read as a minus sign)."""
+    chart = plots.lengths_chart(np.full(NUM_CLASSES, length, np.float32), {})
+    line, bars = coloured(chart, plots.MARGIN), coloured(chart, plots.BAR)
     top = np.flatnonzero(bars.any(axis=1))[0]
-    m_minus = np.flatnonzero(line[:top].sum(axis=1) > 50)[-1]  # the dashed line just above the bars
-    assert top - m_minus < 20  # it runs where the lengths are written
-    text = coloured(chart, plots.INK, 120)[m_minus - 8 : top]
+    rows = np.flatnonzero(line[: top + 3].sum(axis=1) > 50)  # the dashed line nearest the bars' tops
+    y = rows[rows >= rows[-1] - 2][0]  # its upper row (it is 2 px thick)
+    text = coloured(chart, plots.INK, 120)
     for columns in bar_columns(bars):
-        written = columns[text[:, columns].any(axis=0)]  # the columns of the bar's length, written above it
-        assert written.size and not line[m_minus - 2 : m_minus + 3, written[0] : written[-1] + 1].any()
+        written = np.flatnonzero(text[y - 30 : top, columns[0] - 4 : columns[-1] + 5].any(axis=1)) + y - 30
+        assert written.size, "each bar has its length written above it"
+        assert y - 12 < written[-1] < y - 1, f"the length's lowest row {written[-1]}, the line's {y}"
     between = bar_columns(bars)[0][-1] + 3
-    assert line[m_minus - 2 : m_minus + 3, between : between + 8].any()  # the line itself is there, between bars
+    assert line[y : y + 2, between : between + 8].any()  # the line itself is there, between bars
 
 
 def test_routing_maps_are_drawn_on_a_square_root_scale_up_to_top():
