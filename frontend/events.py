@@ -99,7 +99,8 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
         **PRIVATE,
     ).then(**follow)
 
-    # The perturbation panel: a capsule picked or a slider let go redraws; a new answer's follow-up does too.
+    # The perturbation panel: a capsule picked or a slider moved (dragged, stepped with the keys, typed) redraws;
+    # a new answer's follow-up does too.
     redraw: dict[str, Any] = dict(
         fn=partial(handlers.redraw, client, ui),
         inputs=[ui.capsules, panel.digit, *panel.sliders],
@@ -109,7 +110,7 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
         fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid
     )
     panel.digit.input(**redraw, **LIVE).then(**regrid)
-    gr.on([slider.release for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
+    gr.on([slider.input for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
     panel.reset.click(partial(handlers.reset_sliders, ui), None, panel.sliders, **PRIVATE).then(**redraw)
 
     panel.digit.change(partial(handlers.label_sliders, ui), panel.digit, panel.sliders, **PRIVATE)

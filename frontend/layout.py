@@ -22,6 +22,7 @@ BRUSH_RADIUS = 14
 CSS = """
 .status { min-height: 4.5em; }
 .pixels img { image-rendering: pixelated; }
+.pixels .image-container { padding-top: 38px; }  /* its label above it, not over the picture's top */
 .upload .image-frame img { object-fit: contain; }
 .figure .image-container { padding-top: 32px; }  /* its buttons (fullscreen, download) above it, not over it */
 .no-camera .upload button[aria-label="Capture from camera"] { display: none; }
@@ -30,7 +31,17 @@ CSS = """
 # The uploads' camera and clipboard work only on a secure page (localhost or https), the camera only where
 # there is one; where they cannot, Gradio's buttons for them fail without a word (an untranslated key, or
 # nothing), so the page hides them (CSS above), and looks again when a camera is plugged in or out.
+# A number typed into a slider's box beyond its range is set to the nearest end as it is typed, before the
+# slider reads it: Gradio's server refuses such a value with an error, and the picture keeps the one before.
 JS = """() => {
+    document.addEventListener('input', event => {
+        const box = event.target;
+        if (box.type !== 'number' || box.min === '' || box.max === '') return;
+        const value = Number(box.value), low = Number(box.min), high = Number(box.max);
+        if (box.value !== '' && Number.isFinite(value) && (value < low || value > high)) {
+            box.value = String(Math.min(Math.max(value, low), high));
+        }
+    }, true);
     const media = navigator.mediaDevices;
     const secure = window.isSecureContext;
     const look = async () => {
@@ -181,7 +192,7 @@ def perturbation_panel(tab: Tab) -> Panel:
         with gr.Column(scale=5, min_width=360):
             gr.Markdown(
                 f"### Perturb the capsule\nEach slider adds a delta to one of the {CAPSULE_DIM} dimensions of the "
-                f"chosen {noun} capsule; the decoder redraws it when you let go."
+                f"chosen {noun} capsule; the decoder redraws it as you move it."
             )
             with gr.Row():
                 with gr.Column(min_width=200):

@@ -156,9 +156,9 @@ PICTURES: dict[type[View], tuple[tuple[str, str, str], ...]] = {
     PredictView: (("input", "Model input", "seen"), ("reconstruction", "Reconstruction", "reconstruction")),
     PairView: (
         ("input", "Model input", "seen"),
-        ("overlay", "Both digits redrawn (Fig. 5)", "overlay"),
-        ("first", "First digit, from its capsule", "first"),
-        ("second", "Second digit, from its capsule", "second"),
+        ("overlay", "Both redrawn (Fig. 5)", "overlay"),
+        ("first", "First digit redrawn", "first"),
+        ("second", "Second digit redrawn", "second"),
     ),
 }
 

@@ -180,6 +180,16 @@ def buttons_clear_of_picture(page, elem_id: str) -> None:
         assert box["y"] + box["height"] <= picture["y"], f"{elem_id}: its {name} button is over it"
 
 
+def labels_clear_of_pictures(page, prefix: str, names: tuple[str, ...]) -> None:
+    """Each picture's label sits above it on one line, not over the picture's top (where a digit's top is)."""
+    for name in names:
+        block = page.locator(f"#{prefix}{name}")
+        picture, label = block.locator("img").bounding_box(), block.locator("[data-testid='block-label']")
+        box = label.bounding_box()
+        assert box["y"] + box["height"] <= picture["y"] + 1, f"{prefix}{name}: its label is over its picture"
+        assert box["height"] < 40, f"{prefix}{name}: its label takes more than a line"
+
+
 def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     from playwright.sync_api import expect
 
@@ -208,6 +218,23 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     )
     expect(page.locator("#dim-0 input[type=number]")).to_have_value("0.25")
     expect(perturbed).not_to_have_attribute("src", before)
+    labels_clear_of_pictures(page, "", ("seen", "reconstruction", "perturbed"))
+    # stepped with the keys, the perturbed capsule is redrawn too
+    dragged = perturbed.get_attribute("src")
+    page.locator("#dim-1 input[type=range]").focus()
+    for _ in range(2):
+        page.keyboard.press("ArrowRight")
+    expect(page.locator("#dim-1 input[type=number]")).to_have_value("0.1")
+    expect(perturbed).not_to_have_attribute("src", dragged)
+    # a number typed beyond the range is read at its end, which the box shows, and drawn there: no error
+    stepped = perturbed.get_attribute("src")
+    typed = page.locator("#dim-2 input[type=number]")
+    typed.fill("0.5")
+    typed.press("Tab")
+    expect(typed).to_have_value("0.25")
+    expect(perturbed).not_to_have_attribute("src", stepped)
+    expect(page.get_by_text("Error", exact=True)).to_have_count(0)
+    expect(page.get_by_text("greater than maximum")).to_have_count(0)
     expect(page.locator("#grid img")).to_be_visible()
     for figure in ("routing", "grid"):
         buttons_clear_of_picture(page, figure)
@@ -292,6 +319,7 @@ def test_two_digits_tab_names_both_digits_of_a_pair(page, made_demo_url, tmp_pat
     fills_its_box(page, "pair-")
     expect(page.locator("#pair-overlay img")).to_be_visible()
     expect(page.locator("#pair-grid img")).to_be_visible()  # the last of the prediction's events
+    labels_clear_of_pictures(page, "pair-", ("seen", "overlay", "first", "second"))
     expect(page.locator("#pair-status")).to_contain_text("Digits")  # still: the example replaced the drawing
     expect(page.locator("#footer")).to_contain_text("multimnist")
     screenshot(page, tmp_path / "demo_pairs.png")
