@@ -16,7 +16,11 @@ log = logging.getLogger("frontend")
 
 
 class ApiError(Exception):
-    pass
+    """The API's answer a person can act on; `status` its HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
 
 
 class ApiUnreachable(ApiError):
@@ -60,9 +64,9 @@ class ApiClient:
         if response.status_code == 503:
             raise ApiUnreachable("⏳ The API is starting up (loading and warming the model); try again in a moment.")
         if response.is_client_error:
-            raise ApiError(f"⚠️ {detail(response)}")
+            raise ApiError(f"⚠️ {detail(response)}", response.status_code)
         if response.is_error:
-            raise ApiError(f"⚠️ The API failed ({response.status_code}): {detail(response)}")
+            raise ApiError(f"⚠️ The API failed ({response.status_code}): {detail(response)}", response.status_code)
         return orjson.loads(response.content)
 
     def predict(self, png: bytes, model: str | None = None, iterations: bool = False) -> dict[str, Any]:

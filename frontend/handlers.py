@@ -2,12 +2,13 @@
 image, testable alone; then the events' own, which return Gradio updates keyed by component (a tab's
 TabUI names them), so no list of outputs has to match an order. frontend/events.py binds them."""
 
+import io
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from frontend import plots, sweeps
 from frontend.client import ApiClient, ApiError
@@ -19,20 +20,55 @@ from frontend.views import View, footer_text, message_view, picked, routing_maps
 from model.contract import CAPSULE_DIM, PERTURB_LIMIT, PERTURB_STEP
 
 NO_FILE = "⚠️ The upload arrived without its file; upload the image as a file."
+# An upload larger than the API takes in a request is sent again at most this side (px): the API reads a larger
+# picture reduced to it (app/imaging/decode.py's WORK_SIZE), and reads no more pixels than MAX_PIXELS (its default)
+SENT_SIDE = 1024
+MAX_PIXELS = 40_000_000
 # The paper's Fig. 4 perturbations: -0.25, -0.20, ..., +0.25 (11 steps of 0.05).
 OFFSETS = np.linspace(-PERTURB_LIMIT, PERTURB_LIMIT, round(2 * PERTURB_LIMIT / PERTURB_STEP) + 1)
 
 
 # -------------------------------------------------------------------------------------------------
 # Views and images
-def predict_png(client: ApiClient, tab: Tab, png: bytes | None) -> View:
+def predict_png(client: ApiClient, tab: Tab, png: bytes | None, note: str | None = None) -> View:
+    """The view of an image file (the prompt for none). A file larger than the API takes in a request (a phone's
+    photo, a large screenshot: 413) is sent again reduced (`reduced`), and its answer says so (`note`)."""
     if png is None:
         return message_view(tab.view, tab.look.prompt)
     try:
         answer = client.predict(png, tab.model, tab.iterations)
     except ApiError as error:
+        if error.status == 413 and note is None and (smaller := reduced(png)) is not None:
+            return predict_png(client, tab, *smaller)
         return message_view(tab.view, str(error))
+    if note:
+        answer["warnings"].insert(0, note)
     return tab.view.of(answer, tab.classes, client.public_url)
+
+
+def reduced(data: bytes, side: int = SENT_SIDE) -> tuple[bytes, str] | None:
+    """An image file's picture upright and at most `side` px a side, as a PNG that keeps its transparency, and a
+    sentence saying so; None where Pillow cannot read it or it has more pixels than the API reads (the API's
+    answer then says what is wrong)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            if width * height > MAX_PIXELS:
+                return None
+            image.draft(image.mode, (side, side))  # a JPEG decoded at a reduced scale
+            picture = ImageOps.exif_transpose(image)
+            if picture.mode not in ("L", "LA", "RGB", "RGBA"):
+                picture = picture.convert("RGBA")
+            picture.thumbnail((side, side))
+            buffer = io.BytesIO()
+            picture.save(buffer, "PNG")
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    note = (
+        f"the file is larger than the service takes in one request, so the demo sent its picture reduced from "
+        f"{width}x{height} to {picture.width}x{picture.height} px"
+    )
+    return buffer.getvalue(), note
 
 
 def predict_drawing(client: ApiClient, tab: Tab, drawing: str | None) -> View:

@@ -23,6 +23,7 @@ from frontend.client import ApiClient, ApiUnreachable, served_models
 from frontend.handlers import (
     NO_FILE,
     OFFSETS,
+    SENT_SIDE,
     answer_example,
     answer_upload,
     fig4,
@@ -61,6 +62,7 @@ from model.contract import (
 )
 from tests.conftest import serving
 from tests.frontend.conftest import start_demo
+from tests.harness import TRANSPARENT_SEVEN
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -497,6 +499,39 @@ def test_refused_file_shows_the_apis_words(client, digit_tab, tmp_path):
     view = predict_upload(client, digit_tab, str(not_an_image))
     assert view.status.startswith("⚠️") and view.capsules is None
     assert "Traceback" not in view.status
+
+
+def test_an_upload_over_the_apis_limit_is_sent_again_reduced(api_url, digit_tab, tmp_path):
+    """A photo-sized upload (a drawing app's transparent 7, 3000 px a side) that the API refuses as larger than it
+    takes (413, here from 100 kB) is sent again reduced to SENT_SIDE px a side, transparency kept: the answer
+    names the 7 and says what was sent. A file over the limit that is no picture gets the API's sentence."""
+    limit = 100_000
+    sent: list[int] = []
+
+    def api_with_a_small_limit(request: httpx.Request) -> httpx.Response:
+        sent.append(len(request.content))
+        if len(request.content) > limit:
+            return httpx.Response(413, json={"detail": f"the request body is {len(request.content):,} bytes"})
+        answer = httpx.request(
+            request.method,
+            f"{api_url}{request.url.raw_path.decode()}",
+            headers=request.headers,
+            content=request.content,
+            timeout=30.0,
+        )
+        return httpx.Response(answer.status_code, content=answer.content, headers=answer.headers)
+
+    client = ApiClient("http://api", 30.0, transport=httpx.MockTransport(api_with_a_small_limit))
+    photo = tmp_path / "seven.png"
+    Image.open(TRANSPARENT_SEVEN).resize((3000, 3000), Image.Resampling.BICUBIC).save(photo)
+    view = predict_upload(client, digit_tab, str(photo))
+    assert sent[0] > limit >= sent[1] and len(sent) == 2
+    assert view.status.startswith("## Prediction: **7**"), view.status
+    assert f"reduced from 3000x3000 to {SENT_SIDE}x{SENT_SIDE} px" in view.status
+    noise = tmp_path / "noise.png"
+    noise.write_bytes(np.random.default_rng(0).bytes(2 * limit))
+    view = predict_upload(client, digit_tab, str(noise))
+    assert view.status == f"⚠️ the request body is {sent[-1]:,} bytes" and view.capsules is None
 
 
 def test_api_down_is_a_message_not_a_traceback(digit_tab, unused_url):
