@@ -37,6 +37,12 @@ INLINE_SIDE = 64
 # (< m- = 0.1) nor clearly present (> m+ = 0.9).
 UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
 
+# A model of several objects (MultiMNIST's pairs) names that many in every image, a single digit's too, whose second
+# capsule is often long (a part of the digit read as another digit). Shorter than this, the last one named is
+# seldom one of a pair and often a single digit's phantom: multimnist through /predict, 2026-11-28, 400 held-out
+# pairs (0.5% drawn large, 0.9% at 36x36) against 400 single test digits (21% and 23%)
+FEWER_OBJECTS_LENGTH = 0.3
+
 # The parts of /predict's answer that the class capsules' outputs give (contract.CAPSULE_OUTPUTS); an answer
 # of no others is read from them alone (Engine.predict's lean)
 CAPSULE_PARTS = frozenset({"capsules"})
@@ -98,6 +104,11 @@ def doubts(lengths: np.ndarray, order: np.ndarray, classes: list[str], objects: 
         notes.append(
             f"{which} ({classes[last]}) is {lengths[last]:.2f}, below m- = {contract.M_MINUS}; the image "
             f"may not show {'what the model reads' if objects == 1 else f'{objects} objects'}"
+        )
+    elif objects > 1 and lengths[last] < FEWER_OBJECTS_LENGTH:
+        notes.append(
+            f"capsule {objects} of {objects} expected ({classes[last]}) is short, {lengths[last]:.2f}: the image "
+            f"may show fewer than {objects} objects, and that one be a guess"
         )
     if lengths[next_] >= UNDECIDED_LENGTH:
         notes.append(

@@ -264,6 +264,9 @@ def test_doubts_are_read_from_the_lengths():
     assert doubts_of([0.01] * 8 + [0.6, 0.7], objects=2) == []  # two digits: both are named, no doubt
     one = doubts_of([0.01] * 8 + [0.05, 0.9], objects=2)
     assert len(one) == 1 and "capsule 2 of 2" in one[0] and "2 objects" in one[0]
+    faint = doubts_of([0.01] * 8 + [0.22, 0.9], objects=2)  # a single 1 read as a pair: a faint second capsule
+    assert len(faint) == 1 and "(8) is short, 0.22" in faint[0] and "fewer than 2 objects" in faint[0]
+    assert doubts_of([0.01] * 8 + [0.22, 0.9]) == []  # one object: a short runner-up is no doubt
 
 
 def test_unusual_input_comes_with_warnings(client, digits):
