@@ -25,12 +25,19 @@ CSS = """
 .pixels .image-container { padding-top: 38px; }  /* its label above it, not over the picture's top */
 .upload .image-frame img { object-fit: contain; }
 .figure .image-container { padding-top: 32px; }  /* its buttons (fullscreen, download) above it, not over it */
+.floating .image-container {  /* the perturbed capsule kept in view beside its sliders on a narrow screen */
+    position: fixed; right: 12px; bottom: 12px; width: 132px; height: 132px; padding-top: 0; z-index: 50;
+    border-radius: 8px; box-shadow: 0 2px 12px rgba(0, 0, 0, 0.45); background: black;
+}
+.floating .image-container img { width: 100%; height: 100%; object-fit: contain; }
 .no-camera .upload button[aria-label="Capture from camera"] { display: none; }
 .no-clipboard .upload button[aria-label="Paste from clipboard"] { display: none; }
 """
 # The uploads' camera and clipboard work only on a secure page (localhost or https), the camera only where
 # there is one; where they cannot, Gradio's buttons for them fail without a word (an untranslated key, or
 # nothing), so the page hides them (CSS above), and looks again when a camera is plugged in or out.
+# On a narrow screen the perturbation panel's 16 sliders stack below its picture, which the sliders further down
+# scroll out of view: while any of them is in view and the picture is not, the picture floats in a corner.
 # A number typed into a slider's box beyond its range is set to the nearest end as it is typed, before the
 # slider reads it: Gradio's server refuses such a value with an error, and the picture keeps the one before.
 JS = """() => {
@@ -42,6 +49,21 @@ JS = """() => {
             box.value = String(Math.min(Math.max(value, low), high));
         }
     }, true);
+    const narrow = window.matchMedia('(max-width: 720px)');
+    const inView = new Map();
+    const float = () => document.querySelectorAll('[id$="perturbed"]').forEach(picture => {
+        const sliders = document.querySelectorAll(`[id^="${picture.id.slice(0, -'perturbed'.length)}dim-"]`);
+        const floating = narrow.matches && !inView.get(picture) && [...sliders].some(s => inView.get(s));
+        picture.classList.toggle('floating', floating);
+    });
+    const watcher = new IntersectionObserver(entries => {
+        entries.forEach(entry => inView.set(entry.target, entry.isIntersecting));
+        float();
+    });
+    const watch = () => document.querySelectorAll('[id$="perturbed"], [id*="dim-"]').forEach(e => watcher.observe(e));
+    watch();
+    new MutationObserver(watch).observe(document.body, {childList: true, subtree: true});  // tabs drawn later
+    narrow.addEventListener('change', float);
     const media = navigator.mediaDevices;
     const secure = window.isSecureContext;
     const look = async () => {

@@ -219,6 +219,8 @@ def test_draw_predict_perturb_and_screenshot(page, made_demo_url, tmp_path):
     expect(page.locator("#dim-0 input[type=number]")).to_have_value("0.25")
     expect(perturbed).not_to_have_attribute("src", before)
     labels_clear_of_pictures(page, "", ("seen", "reconstruction", "perturbed"))
+    page.locator("#dim-15").scroll_into_view_if_needed()  # a desktop's screen: nothing floats
+    expect(page.locator("#perturbed")).not_to_have_class(re.compile(r"\bfloating\b"))
     # stepped with the keys, the perturbed capsule is redrawn too
     dragged = perturbed.get_attribute("src")
     page.locator("#dim-1 input[type=range]").focus()
@@ -370,7 +372,8 @@ def finger(page, cdp, points: list[tuple[float, float]], steps: int = 12) -> Non
 
 def test_a_phone_shows_every_model_and_draws_with_a_finger(browser, made_demo_url):
     """On a phone's screen (390 px wide, touch): every model's tab is in view (none behind a menu), a digit
-    drawn with a finger is answered, and drawing does not scroll the page."""
+    drawn with a finger is answered, drawing does not scroll the page, and the perturbed capsule stays in view
+    beside the sliders far below its place."""
     from playwright.sync_api import expect
 
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
@@ -390,6 +393,19 @@ def test_a_phone_shows_every_model_and_draws_with_a_finger(browser, made_demo_ur
             finger(page, cdp, [(cx + x * r, cy + y * r) for x, y in points])
         expect(page.locator("#status")).to_contain_text(re.compile(r"Prediction: \*?\*?7"))
         assert page.evaluate("() => window.scrollY") == top, "drawing scrolled the page"
+        # down at dim 12 the perturbed capsule, far above, floats in a corner; stepped, it is redrawn there
+        perturbed = page.locator("#perturbed")
+        expect(perturbed.locator("img")).to_be_visible()
+        page.locator("#dim-12").scroll_into_view_if_needed()
+        expect(perturbed).to_have_class(re.compile(r"\bfloating\b"))
+        shown = perturbed.locator("img").bounding_box()
+        assert shown["y"] >= 0 and shown["y"] + shown["height"] <= 844 and shown["width"] > 100, shown
+        before = perturbed.locator("img").get_attribute("src")
+        page.locator("#dim-12 input[type=range]").focus()
+        page.keyboard.press("ArrowRight")
+        expect(perturbed.locator("img")).not_to_have_attribute("src", before)
+        perturbed.scroll_into_view_if_needed()  # back in its place, it floats no more
+        expect(perturbed).not_to_have_class(re.compile(r"\bfloating\b"))
         page.locator("#models").get_by_role("tab", name="Two digits", exact=True).tap()
         expect(page.locator("#pair-sketch canvas").first).to_be_visible()
     finally:
