@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     )
     # --- request limits --------------------------------------------------------------------------
     max_body_bytes: int = Field(default=5 * MB, ge=1024)
-    max_pixels: int = Field(default=40_000_000, ge=1024)
+    max_pixels: int = Field(default=contract.MAX_PIXELS, ge=1024)
     max_reconstruct_batch: int = Field(default=256, ge=1, le=4096)
     # --- HTTP server -----------------------------------------------------------------------------
     workers: int = Field(

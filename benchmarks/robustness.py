@@ -350,7 +350,7 @@ class LocalReader:
     def __call__(self, data: bytes) -> int:
         from app import imaging
 
-        x = imaging.preprocess(imaging.decode(data, 40_000_000), "digit").image
+        x = imaging.preprocess(imaging.decode(data, contract.MAX_PIXELS), "digit").image
         (lengths,) = self.session.run([contract.LENGTHS], {contract.IMAGE: x[None, None]})
         return int(lengths[0].argmax())
 
@@ -447,7 +447,7 @@ def timed(data: bytes, repeats: int) -> dict:
     }
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.process_time()
-        image = imaging.decode(data, 40_000_000)
+        image = imaging.decode(data, contract.MAX_PIXELS)
         times["decode_wall"].append(time.perf_counter() - wall)
         times["decode_cpu"].append(time.process_time() - cpu)
         wall, cpu = time.perf_counter(), time.process_time()

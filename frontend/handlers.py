@@ -17,13 +17,12 @@ from frontend.pad import drawing_png
 from frontend.screen import Screen
 from frontend.tabs import Tab
 from frontend.views import View, footer_text, message_view, picked, routing_maps, updates
-from model.contract import CAPSULE_DIM, PERTURB_LIMIT, PERTURB_STEP
+from model.contract import CAPSULE_DIM, MAX_PIXELS, PERTURB_LIMIT, PERTURB_STEP, WORK_SIZE
 
 NO_FILE = "⚠️ The upload arrived without its file; upload the image as a file."
 # An upload larger than the API takes in a request is sent again at most this side (px): the API reads a larger
-# picture reduced to it (app/imaging/decode.py's WORK_SIZE), and reads no more pixels than MAX_PIXELS (its default)
-SENT_SIDE = 1024
-MAX_PIXELS = 40_000_000
+# picture reduced to it
+SENT_SIDE = WORK_SIZE
 # The paper's Fig. 4 perturbations: -0.25, -0.20, ..., +0.25 (11 steps of 0.05).
 OFFSETS = np.linspace(-PERTURB_LIMIT, PERTURB_LIMIT, round(2 * PERTURB_LIMIT / PERTURB_STEP) + 1)
 

@@ -16,6 +16,10 @@ INK_BOX = 20  # LeCun's MNIST digits are fitted into 20x20 and centred by mass i
 STROKE_MEDIAN = 0.125
 STROKE_RANGE = (0.071, 0.25)
 PIXEL_RANGE = (0.0, 1.0)  # float32, white digit (1.0) on black (0.0)
+# A picture sent to the service is read box-reduced to at most WORK_SIZE px a side, and has at most MAX_PIXELS
+# (CAPSNET_MAX_PIXELS' default); the demo sends one the service refuses as too large reduced to WORK_SIZE
+WORK_SIZE = 1024
+MAX_PIXELS = 40_000_000
 MULTIMNIST_SIZE = 36  # two MNIST digits, each shifted up to 4 px, overlaid (section 6)
 AFFINE_SIZE = 40  # MNIST digits at random positions on a 40x40 canvas (section 5.2)
 

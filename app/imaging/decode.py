@@ -18,8 +18,9 @@ from contextlib import contextmanager
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from model.contract import WORK_SIZE
+
 FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
-WORK_SIZE = 1024  # large images are box-reduced to at most this side before the float maths
 MAX_SIDE = 2**31 - 1  # the largest side a file of FORMATS can hold (PNG's, BMP's; the others stop below)
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's convert("L") uses
 DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
