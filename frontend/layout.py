@@ -14,11 +14,16 @@ from frontend.views import PICTURES, PairView
 from model.contract import CAPSULE_DIM, NUM_CLASSES, PERTURB_LIMIT, PERTURB_STEP, primary_grid
 
 CANVAS = 400  # px, square
-# The pen's radius on the drawing pad (frontend.pad): a 28 px pen is MNIST's median stroke for a digit
-# about 250 px tall, and within MNIST's range of widths (contract.STROKE_RANGE) for any digit taller than
-# 120 px on this canvas, so the API need not reshape it. The canvas is white paper with a black pen
-# whatever the theme, and the API reads the ink from alpha.
-BRUSH_RADIUS = 14
+# The drawing pad's pens (frontend.pad), radii in px of the canvas. The medium one, in hand at first, draws
+# 28 px strokes: MNIST's median (contract.STROKE_MEDIAN) for a digit whose ink is 224 px tall, and within
+# MNIST's range of widths (contract.STROKE_RANGE: 1/14 to 1/4 of a digit's longer side) for digits 112 to
+# 392 px, so the API need not reshape them. The fine pen's 12 px strokes are within it for digits 48 to 169 px
+# and the broad pen's 56 px for digits from 224 px; outside it the API brings the strokes to MNIST's median
+# (a large digit's fine strokes dilated, a small digit's broad ones eroded), and a digit whose ink is under
+# 100 px drawn with the broad pen is a blob, left as it is and warned about (draw it larger or with a finer
+# pen). The canvas is white paper with a black pen whatever the theme, and the API reads the ink from alpha.
+PENS = {"fine": 6, "medium": 14, "broad": 28}
+PEN = "medium"
 CSS = """
 .status { min-height: 4.5em; }
 .pixels img { image-rendering: pixelated; }
@@ -132,7 +137,7 @@ def inputs(tab: Tab) -> Inputs:
     if look.canvas:
         with gr.Tabs(elem_id=f"{p}inputs") as tabs:
             with gr.Tab("Draw", id=f"{p}draw") as draw_tab:
-                pad = drawing_pad(f"Draw {look.subject}", f"{p}sketch", CANVAS, BRUSH_RADIUS)
+                pad = drawing_pad(f"Draw {look.subject}", f"{p}sketch", CANVAS, PENS, PEN)
                 button = gr.Button("Predict", variant="primary")
             with gr.Tab("Upload", id=upload_tab_id(tab)) as upload_tab:
                 upload.render()

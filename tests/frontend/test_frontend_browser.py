@@ -340,6 +340,50 @@ def test_fashion_tab_names_a_garment(page, made_demo_url, tmp_path):
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
 
 
+# The drawing pad's ink as the page holds it (the canvas's own pixels, 400 a side): alpha over half, by rows.
+CANVAS_INK = """() => {
+    const canvas = document.querySelector('#sketch canvas');
+    const alpha = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    const rows = [];
+    for (let y = 0; y < canvas.height; y++) {
+        const row = [];
+        for (let x = 0; x < canvas.width; x++) row.push(alpha[4 * (y * canvas.width + x) + 3] > 127);
+        rows.push(row);
+    }
+    return rows;
+}"""
+
+
+def test_each_stroke_keeps_the_pen_it_was_drawn_with(page, made_demo_url):
+    """A person picks the fine pen and draws a bar, then the broad pen and draws a stem: on the canvas the
+    bar is as thick as the fine pen, the stem as the broad one; Undo takes the stem away and the bar keeps
+    its thickness; the broad pen stays in hand after Clear, and the pad's buttons say which pen is."""
+    from frontend.layout import PEN, PENS
+
+    open_demo(page, made_demo_url)
+    page.get_by_role("tab", name="Digit", exact=True).click()
+    pressed = lambda: [b.get_attribute("aria-pressed") for b in page.locator("#sketch .pens button").all()]  # noqa: E731
+    assert pressed() == [str(name == PEN).lower() for name in PENS]
+    box = page.locator("#sketch canvas").bounding_box()
+    at = lambda x, y: (box["x"] + x * box["width"] / 400, box["y"] + y * box["height"] / 400)  # noqa: E731
+    page.get_by_role("button", name="fine pen").click()
+    stroke(page, [at(60, 100), at(200, 100)])
+    page.get_by_role("button", name="broad pen").click()
+    stroke(page, [at(300, 80), at(300, 320)])
+    assert pressed() == ["false", "false", "true"]
+
+    def thickness() -> tuple[int, int]:  # the bar's rows at x = 120, the stem's columns at y = 200
+        ink = np.array(page.evaluate(CANVAS_INK))
+        return int(ink[:, 120].sum()), int(ink[200, 250:].sum())
+
+    assert thickness() == pytest.approx((2 * PENS["fine"], 2 * PENS["broad"]), abs=2)
+    page.locator("#sketch button[aria-label='Undo']").click()
+    assert thickness() == pytest.approx((2 * PENS["fine"], 0), abs=2)
+    clear_pad(page)
+    stroke(page, [at(60, 100), at(200, 100)])
+    assert thickness()[0] == pytest.approx(2 * PENS["broad"], abs=2)
+
+
 def test_the_affine_model_has_a_digit_tab(page, made_demo_url):
     """The API serves the affine model (digit preprocessing, 40x40 input): its tab reads an example as
     the digit it is, shows the 40x40 image the model saw and names the model below."""

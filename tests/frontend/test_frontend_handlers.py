@@ -35,7 +35,7 @@ from frontend.handlers import (
     predict_upload,
     routing_view,
 )
-from frontend.layout import BRUSH_RADIUS, CANVAS, TabUI
+from frontend.layout import CANVAS, PEN, PENS, TabUI
 from frontend.pad import PNG_DATA_URL
 from frontend.screen import ANSWER, DRAWING, UPLOAD, Screen, gated
 from frontend.sweeps import DEFAULT
@@ -397,8 +397,9 @@ STROKES = {
 }
 
 
-def brushed(lines: list[list[tuple[int, int]]], radius: int = BRUSH_RADIUS) -> str:
-    """The pad's value for polylines drawn with the demo's round pen (black, into alpha)."""
+def brushed(lines: list[list[tuple[int, int]]], radius: int = PENS[PEN]) -> str:
+    """The pad's value for polylines drawn with a round pen of the demo's (black, into alpha), the one in hand
+    at first unless `radius` says."""
     layer = Image.new("RGBA", (CANVAS, CANVAS), (0, 0, 0, 0))
     draw = ImageDraw.Draw(layer)
     for line in lines:
@@ -408,17 +409,31 @@ def brushed(lines: list[list[tuple[int, int]]], radius: int = BRUSH_RADIUS) -> s
     return pad_value(layer)
 
 
-def test_the_brush_draws_mnist_like_strokes():
-    """A pen 2 x BRUSH_RADIUS wide on a digit 40% to 95% of the canvas tall is within MNIST's widths
-    (as a fraction of the digit's side; the API's stroke_width adds about a pixel in 80, hence 1/80)."""
+def test_the_pen_in_hand_draws_mnist_like_strokes():
+    """The pen in hand at first, on a digit 40% to 95% of the canvas tall, is within MNIST's widths (as a
+    fraction of the digit's side; the API's stroke_width adds about a pixel in 80, hence 1/80); the fine pen
+    is finer and the broad one broader."""
     for height in (0.4 * CANVAS, 0.95 * CANVAS):
-        assert STROKE_RANGE[0] <= 2 * BRUSH_RADIUS / height + 1 / 80 <= STROKE_RANGE[1], height
+        assert STROKE_RANGE[0] <= 2 * PENS[PEN] / height + 1 / 80 <= STROKE_RANGE[1], height
+    assert PENS["fine"] < PENS[PEN] < PENS["broad"]
 
 
+@pytest.mark.parametrize("pen", sorted(PENS))
 @pytest.mark.parametrize("digit", sorted(STROKES))
-def test_digits_drawn_with_the_brush_are_read(client, digit_tab, digit):
-    view = predict_drawing(client, digit_tab, brushed(STROKES[digit]))
-    assert view.digit == digit, view.status
+def test_digits_drawn_with_each_pen_are_read(client, digit_tab, digit, pen):
+    view = predict_drawing(client, digit_tab, brushed(STROKES[digit], PENS[pen]))
+    assert view.digit == digit and "⚠️" not in view.status, view.status
+
+
+def test_a_small_digit_drawn_with_the_broad_pen_is_a_blob_and_the_fine_pen_mends_it(client, digit_tab):
+    """A 7 drawn 42 px tall: with the broad pen (56 px) its ink is 98 px tall and its strokes over half of
+    that, a blob, and the answer says to draw it larger or with a finer pen, which the pad has; with the fine
+    pen it is read without a warning."""
+    small = [[(180 + x // 8, 180 + y // 6) for x, y in STROKES[7][0]]]  # the path 20 x 42 px
+    broad = predict_drawing(client, digit_tab, brushed(small, PENS["broad"]))
+    assert "⚠️" in broad.status and "finer pen" in broad.status, broad.status
+    fine = predict_drawing(client, digit_tab, brushed(small, PENS["fine"]))
+    assert fine.digit == 7 and "⚠️" not in fine.status, fine.status
 
 
 def test_warnings_are_shown(client, digit_tab):
