@@ -35,6 +35,7 @@ CSS = """
     border-radius: 8px; box-shadow: 0 2px 12px rgba(0, 0, 0, 0.45); background: black;
 }
 .floating .image-container img { width: 100%; height: 100%; object-fit: contain; }
+.floating.high .image-container { top: 12px; bottom: auto; }
 .no-camera .upload button[aria-label="Capture from camera"] { display: none; }
 .no-clipboard .upload button[aria-label="Paste from clipboard"] { display: none; }
 """
@@ -42,7 +43,9 @@ CSS = """
 # there is one; where they cannot, Gradio's buttons for them fail without a word (an untranslated key, or
 # nothing), so the page hides them (CSS above), and looks again when a camera is plugged in or out.
 # On a narrow screen the perturbation panel's 16 sliders stack below its picture, which the sliders further down
-# scroll out of view: while any of them is in view and the picture is not, the picture floats in a corner.
+# scroll out of view: while any of them is in view and the picture is not, the picture floats in a corner, the
+# bottom one unless the slider a person last touched is in the lower half of the screen (then the top one), so
+# that it never covers the slider in use.
 # A number typed into a slider's box beyond its range is set to the nearest end as it is typed, before the
 # slider reads it: Gradio's server refuses such a value with an error, and the picture keeps the one before.
 JS = """() => {
@@ -56,11 +59,21 @@ JS = """() => {
     }, true);
     const narrow = window.matchMedia('(max-width: 720px)');
     const inView = new Map();
+    let used = null;  // the slider a person last touched
     const float = () => document.querySelectorAll('[id$="perturbed"]').forEach(picture => {
         const sliders = document.querySelectorAll(`[id^="${picture.id.slice(0, -'perturbed'.length)}dim-"]`);
         const floating = narrow.matches && !inView.get(picture) && [...sliders].some(s => inView.get(s));
         picture.classList.toggle('floating', floating);
+        const box = floating && used?.isConnected ? used.getBoundingClientRect() : null;
+        picture.classList.toggle('high', !!box && box.top + box.height / 2 > window.innerHeight / 2);
     });
+    const touched = event => {
+        const slider = event.target.closest?.('[id*="dim-"]');
+        if (slider) { used = slider; float(); }
+    };
+    document.addEventListener('focusin', touched);
+    document.addEventListener('pointerdown', touched);
+    window.addEventListener('scroll', () => requestAnimationFrame(float), {passive: true});
     const watcher = new IntersectionObserver(entries => {
         entries.forEach(entry => inView.set(entry.target, entry.isIntersecting));
         float();

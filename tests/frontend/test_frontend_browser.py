@@ -417,7 +417,7 @@ def finger(page, cdp, points: list[tuple[float, float]], steps: int = 12) -> Non
 def test_a_phone_shows_every_model_and_draws_with_a_finger(browser, made_demo_url):
     """On a phone's screen (390 px wide, touch): every model's tab is in view (none behind a menu), a digit
     drawn with a finger is answered, drawing does not scroll the page, and the perturbed capsule stays in view
-    beside the sliders far below its place."""
+    beside the sliders far below its place, clear of the one in use."""
     from playwright.sync_api import expect
 
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
@@ -448,6 +448,14 @@ def test_a_phone_shows_every_model_and_draws_with_a_finger(browser, made_demo_ur
         page.locator("#dim-12 input[type=range]").focus()
         page.keyboard.press("ArrowRight")
         expect(perturbed.locator("img")).not_to_have_attribute("src", before)
+        # dim 15 at the bottom of the screen, touched: the picture floats in the top corner, clear of it
+        last = page.locator("#dim-15")
+        page.evaluate("(y) => window.scrollBy(0, y)", last.bounding_box()["y"] + last.bounding_box()["height"] - 834)
+        last.locator("input[type=range]").focus()
+        page.keyboard.press("ArrowRight")
+        expect(perturbed).to_have_class(re.compile(r"\bhigh\b"))
+        shown, slider = perturbed.locator("img").bounding_box(), last.bounding_box()
+        assert shown["y"] + shown["height"] <= slider["y"] and slider["y"] + slider["height"] <= 844, (shown, slider)
         perturbed.scroll_into_view_if_needed()  # back in its place, it floats no more
         expect(perturbed).not_to_have_class(re.compile(r"\bfloating\b"))
         page.locator("#models").get_by_role("tab", name="Two digits", exact=True).tap()
