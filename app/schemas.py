@@ -6,7 +6,7 @@ schemathesis checks them; the examples have the real shapes.
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from app.imaging.transform import TransformName
 from model import contract
@@ -21,6 +21,19 @@ CAPSULE_LIMIT = 1000.0  # digit capsules are squashed (length < 1); the bound ke
 PER_CLASS = Field(min_length=C, max_length=C)
 PER_DIM = Field(min_length=D, max_length=D)
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+def as_written(value: Any) -> Any:
+    """A query's number as people write it: pydantic reads a query's text as Python's int() and float() do,
+    which take digits grouped by underscores (`0_1` is 1, `1_0.5` is 10.5); such a text is refused, not read
+    as another number."""
+    if isinstance(value, str) and "_" in value:
+        raise ValueError(f"{value!r} is not a number as written in a query: leave out the underscores")
+    return value
+
+
+# on a query's number, after its Query (before it, FastAPI's document loses the Query's bounds)
+WRITTEN = BeforeValidator(as_written)
 Square = Annotated[
     list[list[Unit]],
     Field(

@@ -17,6 +17,7 @@ from app.schemas import (
     MAX_SWEEP_STEPS,
     PREPROCESS_DESCRIPTION,
     SWEEP_STEPS,
+    WRITTEN,
     ExplainResponse,
     Preprocess,
 )
@@ -59,14 +60,17 @@ async def explain(
             )
         ),
     ] = "rotate",
-    start: Annotated[float | None, Query(description="the first value (default: the transform's usual range)")] = None,
-    stop: Annotated[float | None, Query(description="the last value, included")] = None,
+    start: Annotated[
+        float | None, Query(description="the first value (default: the transform's usual range)"), WRITTEN
+    ] = None,
+    stop: Annotated[float | None, Query(description="the last value, included"), WRITTEN] = None,
     steps: Annotated[
-        int, Query(ge=2, le=MAX_SWEEP_STEPS, description="values from start to stop, evenly")
+        int, Query(ge=2, le=MAX_SWEEP_STEPS, description="values from start to stop, evenly"), WRITTEN
     ] = SWEEP_STEPS,
     follow: Annotated[
         int | None,
         Query(ge=0, le=contract.NUM_CLASSES - 1, description="the class whose capsule to follow (default: the answer)"),
+        WRITTEN,
     ] = None,
     include: Annotated[
         str | None,

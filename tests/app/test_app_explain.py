@@ -11,6 +11,7 @@ from PIL import Image
 
 from app.imaging import from_base64
 from app.imaging.transform import TRANSFORMS, TransformName, apply, centre_of_mass, sweep
+from app.schemas import MAX_SWEEP_STEPS
 from model import contract
 from tests.harness import encode
 
@@ -169,12 +170,24 @@ def test_a_twenty_step_sweep_runs_as_one_batch(client, digits):
         ({"transform": "twirl"}, "transform"),
         ({"include": "everything"}, "unknown part"),
         ({"follow": 10}, "less than or equal to 9"),
+        ({"follow": "0_1"}, "leave out the underscores"),
+        ({"steps": "1_0"}, "leave out the underscores"),
+        ({"start": "1_0.5"}, "leave out the underscores"),
         ({"model": "nope"}, "no model is called"),
     ],
 )
 def test_hostile_sweeps_are_refused_in_words(client, digits, params, words):
     r = post(client, digits[0][0], **params)
     assert 400 <= r.status_code < 500 and words in r.json()["detail"], r.text
+
+
+def test_the_documented_sweep_numbers_keep_their_bounds(client):
+    """The checks on how a query's number is written leave its documented bounds as they were."""
+    operation = client.get("/openapi.json").json()["paths"]["/explain"]["post"]
+    parameters = {p["name"]: p["schema"] for p in operation["parameters"]}
+    assert (parameters["steps"]["minimum"], parameters["steps"]["maximum"]) == (2, MAX_SWEEP_STEPS)
+    follow = next(s for s in parameters["follow"]["anyOf"] if s["type"] == "integer")
+    assert (follow["minimum"], follow["maximum"]) == (0, 9)
 
 
 def test_transform_limits_hold_their_defaults():
