@@ -27,9 +27,12 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   render ?include= the answer of ?include= (the input's PNG, orjson)
   app layers       GET /health through the app in process: its middleware (request id, body limit,
                    HTTP metrics), routing and a response; /predict's query and engine come on top
-The rest of a /predict round trip (uvicorn, HTTP, the client) is what serve_bench's no-op route
-costs. Operators: ONNX Runtime's own profiler over the same session.run, in ms per run by op type (on CUDA,
-the host's time in each node).
+decode+prepare's steps, one by one on the same digit (app/imaging/digit.py's digits()): decoding the PNG,
+locating the paper and the digit on a reduced copy, cropping the digit's ink, measuring its stroke at 80 px,
+setting its stroke and fitting and centring it; with the versions of the libraries they run on (a GPU
+machine brings its own numpy, SciPy, OpenCV and Pillow). The rest of a /predict round trip (uvicorn, HTTP,
+the client) is what serve_bench's no-op route costs. Operators: ONNX Runtime's own profiler over the same
+session.run, in ms per run by op type (on CUDA, the host's time in each node).
 Writes benchmarks/results/cpu_profile.json and .md. Not a test.
 """
 
@@ -99,6 +102,42 @@ def after_ms(first, fn, repeats: int = REPEATS) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return round(1000 * float(np.median(times[1:])), 3)
+
+
+def prepare_steps_ms(body: bytes, max_pixels: int) -> dict[str, float]:
+    """decode+prepare of a digit PNG step by step, each step's median on the previous steps' outputs."""
+    from app.imaging import decode, digit, ink
+
+    image = decode(body, max_pixels)
+    picture, light_ink = ink.source(image)
+    paper, found, factor, copy = ink.locate(picture, light_ink)
+    crop, side, _ = digit.digit_ink(picture, paper, found, factor, copy)
+    measured = digit.measured_stroke(crop, side)
+    return {
+        "decode": median_ms(lambda: decode(body, max_pixels)),
+        "locate the paper and the digit": median_ms(lambda: ink.locate(picture, light_ink)),
+        "crop the digit's ink": median_ms(lambda: digit.digit_ink(picture, paper, found, factor, copy)),
+        "measure its stroke": median_ms(lambda: digit.measured_stroke(crop, side)),
+        "set its stroke, fit and centre": median_ms(
+            lambda: digit.fit_and_centre(digit.normalise_stroke(crop, side, 1.0, measured))
+        ),
+    }
+
+
+def libraries() -> dict[str, str]:
+    """The versions of the libraries a request's preparation and run use."""
+    import cv2
+    import onnxruntime
+    import PIL
+    import scipy
+
+    return {
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "opencv": cv2.__version__,
+        "pillow": PIL.__version__,
+        "onnxruntime": onnxruntime.__version__,
+    }
 
 
 def app_layers_ms(settings) -> float:
@@ -240,7 +279,9 @@ def profile() -> dict:
         "threads_alone": settings.lone_request_threads,
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "load_average": round(os.getloadavg()[0], 2),
+        "libraries": libraries(),
         "stages_ms": stages,
+        "prepare_steps_ms": prepare_steps_ms(body, settings.max_pixels),
         "operators_ms": operators(engine.directory / engine.capsnet_file, threads, providers),
     }
 
@@ -258,6 +299,9 @@ def markdown(report: dict) -> str:
         "|---|---:|",
     ]
     lines += [f"| {name} | {ms} |" for name, ms in report["stages_ms"].items()]
+    lines += ["", "| decode+prepare, step by step | median ms |", "|---|---:|"]
+    lines += [f"| {name} | {ms} |" for name, ms in report["prepare_steps_ms"].items()]
+    lines += ["", "Libraries: " + ", ".join(f"{name} {version}" for name, version in report["libraries"].items()) + "."]
     lines += ["", "| operator (batch 1) | ms per run |", "|---|---:|"]
     lines += [f"| {op} | {ms} |" for op, ms in report["operators_ms"].items() if ms >= 0.01]
     return "\n".join(lines) + "\n"

@@ -25,4 +25,10 @@ def test_cpu_profile_writes_its_report(tmp_path):
     alone = {"session.run alone", "session.run alone, the class capsules"} if report["threads_alone"] else set()
     assert set(report["stages_ms"]) == stages | alone
     assert all(ms > 0 for ms in report["stages_ms"].values()) and report["operators_ms"]
-    assert "| operator (batch 1) | ms per run |" in (tmp_path / "profile.md").read_text()
+    steps = report["prepare_steps_ms"]
+    assert len(steps) == 5 and all(ms > 0 for ms in steps.values())
+    # the steps are the whole of decode+prepare (its few calls between them aside), run by run within the noise
+    assert 0.4 < sum(steps.values()) / report["stages_ms"]["decode+prepare"] < 2, (steps, report["stages_ms"])
+    assert set(report["libraries"]) == {"numpy", "scipy", "opencv", "pillow", "onnxruntime"}
+    text = (tmp_path / "profile.md").read_text()
+    assert "| operator (batch 1) | ms per run |" in text and "| decode+prepare, step by step | median ms |" in text
