@@ -73,7 +73,7 @@ JS = """() => {
     };
     document.addEventListener('focusin', touched);
     document.addEventListener('pointerdown', touched);
-    window.addEventListener('scroll', () => requestAnimationFrame(float), {passive: true});
+    window.addEventListener('scroll', () => { if (narrow.matches) requestAnimationFrame(float); }, {passive: true});
     const watcher = new IntersectionObserver(entries => {
         entries.forEach(entry => inView.set(entry.target, entry.isIntersecting));
         float();

@@ -340,7 +340,7 @@ def test_fashion_tab_names_a_garment(page, made_demo_url, tmp_path):
     page.screenshot(path=tmp_path / "demo_fashion.png", full_page=True)
 
 
-# The drawing pad's ink as the page holds it (the canvas's own pixels, 400 a side): alpha over half, by rows.
+# The drawing pad's ink as the page holds it (the canvas's own pixels): alpha over half, by rows.
 CANVAS_INK = """() => {
     const canvas = document.querySelector('#sketch canvas');
     const alpha = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
@@ -358,14 +358,19 @@ def test_each_stroke_keeps_the_pen_it_was_drawn_with(page, made_demo_url):
     """A person picks the fine pen and draws a bar, then the broad pen and draws a stem: on the canvas the
     bar is as thick as the fine pen, the stem as the broad one; Undo takes the stem away and the bar keeps
     its thickness; the broad pen stays in hand after Clear, and the pad's buttons say which pen is."""
-    from frontend.layout import PEN, PENS
+    from frontend.layout import CANVAS, PEN, PENS
 
     open_demo(page, made_demo_url)
     page.get_by_role("tab", name="Digit", exact=True).click()
-    pressed = lambda: [b.get_attribute("aria-pressed") for b in page.locator("#sketch .pens button").all()]  # noqa: E731
-    assert pressed() == [str(name == PEN).lower() for name in PENS]
     box = page.locator("#sketch canvas").bounding_box()
-    at = lambda x, y: (box["x"] + x * box["width"] / 400, box["y"] + y * box["height"] / 400)  # noqa: E731
+
+    def pressed() -> list[str | None]:
+        return [button.get_attribute("aria-pressed") for button in page.locator("#sketch .pens button").all()]
+
+    def at(x: float, y: float) -> tuple[float, float]:  # a point of the canvas (its own px), on screen
+        return box["x"] + x * box["width"] / CANVAS, box["y"] + y * box["height"] / CANVAS
+
+    assert pressed() == [str(name == PEN).lower() for name in PENS]
     page.get_by_role("button", name="fine pen").click()
     stroke(page, [at(60, 100), at(200, 100)])
     page.get_by_role("button", name="broad pen").click()
