@@ -1,7 +1,8 @@
 """Named dependencies: the app's engines (created once, in the lifespan) and the engine of
 the model a request names (`?model=NAME`, the default model without it); the parsing of ?include= lists;
-a query read as one pydantic model (read_query, query_parameters: /predict's); a JSON body read as one
-(read_json, json_body: /reconstruct's, and /predict's JSON form).
+a query that gives each parameter once (given_once); a query read as one pydantic model (read_query,
+query_parameters: /predict's); a JSON body read as one (read_json, json_body: /reconstruct's, and
+/predict's JSON form).
 
 FastAPI solves a route's declared parameters anew for every request, inspecting each one's annotation,
 which for /predict's three (model, include, preprocess) costs several times one pydantic validation of
@@ -14,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import QueryParams
 
 from app.engine import Engine, Engines
 from app.errors import RETRY_AFTER
@@ -54,6 +56,9 @@ def engine_named(request: Request, model: str | None) -> Engine:
     return engine
 
 
+INCLUDE = "include"  # the query parameter that takes a comma list, wherever a route has it
+
+
 def parse_include(include: str | None, options: tuple[str, ...], default: tuple[str, ...] | None = None) -> set[str]:
     """?include=a,b -> {"a", "b"}: `default` when absent (None: every option), none when empty; 422 for any
     other word."""
@@ -68,10 +73,36 @@ def parse_include(include: str | None, options: tuple[str, ...], default: tuple[
     return parts
 
 
+def given_once(query: QueryParams) -> None:
+    """422 for a query that gives a parameter more than once (`?include=capsules&include=routing`): FastAPI
+    reads a declared parameter's last value, so the others would be dropped without a word. A list is one
+    value, comma separated (`include=capsules,routing`)."""
+    if len(query) == len(query.multi_items()):  # no name twice: the usual query, two lengths compared
+        return
+    name, values = next((name, query.getlist(name)) for name in query if len(query.getlist(name)) > 1)
+    shown = ", ".join(quoted(value) for value in values[:3]) + (f" and {len(values) - 3} more" if values[3:] else "")
+    detail = f"the query gives {quoted(name)} {len(values)} times ({shown}); give each parameter once"
+    if name == INCLUDE:
+        joined = ",".join(part.strip() for value in values for part in value.split(",") if part.strip())
+        detail += f": {INCLUDE} takes a comma list ({INCLUDE}={joined if len(joined) <= 64 else 'a,b'})"
+    raise HTTPException(422, detail)
+
+
+def quoted(text: str, most: int = 24) -> str:
+    """A client's text in a sentence: quoted, its control characters escaped, at most `most` characters of it."""
+    return repr(text) if len(text) <= most else repr(text[:most]) + "…"
+
+
+async def query_given_once(request: Request) -> None:
+    """given_once as a route's dependency (the routes whose parameters FastAPI reads)."""
+    given_once(request.query_params)
+
+
 def read_query(request: Request, model: type[Q]) -> Q:
     """The request's query as `model`, whose fields each take one value (a string, a number, a Literal):
-    unknown names ignored, a repeated name's last value, as FastAPI reads declared parameters; 422 as
-    FastAPI's own validation answers (app/errors.py)."""
+    unknown names ignored, each name given once (given_once); 422 as FastAPI's own validation answers
+    (app/errors.py)."""
+    given_once(request.query_params)
     try:
         return model.model_validate(request.query_params)
     except ValidationError as exc:
@@ -138,5 +169,6 @@ def json_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"required": True, "content": {JSON: {"schema": inline(schema)}}}
 
 
+GivenOnce = Depends(query_given_once)  # a route's `dependencies=[GivenOnce]`
 EnginesDep = Annotated[Engines, Depends(get_engines)]
 EngineDep = Annotated[Engine, Depends(get_engine)]

@@ -50,7 +50,7 @@ IMAGE_ERRORS = errors(
         404: "no such model",
         413: "body or image too large",
         415: "neither multipart nor JSON, or sent compressed (Content-Encoding)",
-        422: "not a usable image, bad option, iterations of a model whose graph has none",
+        422: "not a usable image, a bad option or one given twice, iterations of a model whose graph has none",
         503: "the model is not ready, or too many requests are waiting",
         504: "the request waited past its deadline (CAPSNET_REQUEST_DEADLINE_S)",
     }

@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from app import answer
-from app.deps import EngineDep, parse_include
+from app.deps import EngineDep, GivenOnce, parse_include
 from app.image_request import IMAGE_BODY, IMAGE_ERRORS, read_image_bytes
 from app.imaging.transform import TRANSFORMS, TransformName
 from app.schemas import (
@@ -46,6 +46,7 @@ def sweep_values(transform: TransformName, start: float | None, stop: float | No
     response_model=ExplainResponse,
     responses=IMAGE_ERRORS,
     openapi_extra=IMAGE_BODY,
+    dependencies=[GivenOnce],
     summary="Sweep a transform over an image and watch the capsules: equivariance, one batch (?model=)",
 )
 async def explain(

@@ -1,7 +1,7 @@
 """GET /models: every served model, what it reads, how well it does and whether it is ready; GET /model: one
 model's card and the providers in use."""
 
-from app.deps import EngineDep, EnginesDep
+from app.deps import EngineDep, EnginesDep, GivenOnce
 from app.engine import Engine
 from app.router import Router
 from app.schemas import Batching, ModelCard, ModelEntry, Models, errors
@@ -50,8 +50,13 @@ async def models(engines: EnginesDep) -> Models:
     "/model",
     response_model=ModelCard,
     summary="A model's card and the execution providers in use (?model=)",
+    dependencies=[GivenOnce],
     responses=errors(
-        {404: "no such model", 422: "a model name that is not one (over 64 characters)", 503: "the model is not ready"}
+        {
+            404: "no such model",
+            422: "a model name that is not one (over 64 characters), or given twice",
+            503: "the model is not ready",
+        }
     ),
 )
 async def model(engine: EngineDep) -> ModelCard:

@@ -7,7 +7,7 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from app import answer
-from app.deps import EngineDep, json_body, parse_include, read_json
+from app.deps import EngineDep, GivenOnce, json_body, parse_include, read_json
 from app.schemas import DRAWING_OPTIONS, ReconstructRequest, ReconstructResponse, errors
 
 router = APIRouter(tags=["model"])
@@ -18,11 +18,12 @@ router = APIRouter(tags=["model"])
     response_model=ReconstructResponse,
     summary="Draw class capsules with a model's decoder",
     openapi_extra={"requestBody": json_body(ReconstructRequest)},
+    dependencies=[GivenOnce],
     responses=errors(
         {
             404: "no such model",
             415: "a body not sent as application/json, or sent compressed (Content-Encoding)",
-            422: "not JSON, or a bad digit, capsule or batch size",
+            422: "not JSON, a bad digit, capsule or batch size, or an option given twice",
             503: "the model is not ready, or too many requests are waiting",
             504: "the request waited past its deadline",
         }

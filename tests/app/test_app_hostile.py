@@ -387,3 +387,51 @@ def test_validation_detail_is_a_sentence(client):
         "invalid request: query.preprocess: Input should be 'auto', 'mnist' or 'none'; "
         "query.model: String should have at most 64 characters"
     )
+
+
+TWICE = [  # a route whose query FastAPI reads (or /predict's read_query), and a name given twice
+    ("POST", "/predict", upload(PNG), [("include", "capsules"), ("include", "routing")]),
+    ("POST", "/predict", upload(PNG), [("model", "mnist"), ("model", "mnist")]),
+    ("POST", "/explain", upload(PNG), [("steps", "3"), ("steps", "5")]),
+    ("POST", "/reconstruct", {"json": {"digit": 3, "capsule": CAPSULE}}, [("include", "png"), ("include", "image")]),
+    ("GET", "/model", {}, [("model", "mnist"), ("model", "fashion-mnist")]),
+]
+
+
+@pytest.mark.parametrize("method,path,kwargs,params", TWICE, ids=[f"{case[1]} {case[3][0][0]}" for case in TWICE])
+def test_a_parameter_given_twice_is_refused_in_words(client, method, path, kwargs, params):
+    """FastAPI keeps a repeated parameter's last value: the first would be dropped without a word."""
+    r = client.request(method, path, params=params, **kwargs)
+    name, first = params[0]
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and detail.startswith(f"the query gives '{name}' 2 times ('{first}', "), detail
+    assert "give each parameter once" in detail
+    assert client.request(method, path, params=params[:1], **kwargs).status_code == 200  # once, it is answered
+
+
+def test_a_repeated_include_is_shown_as_its_comma_list(client):
+    params = [("include", "capsules"), ("include", " routing,"), ("include", "reconstruction")]
+    r = client.post("/predict", params=params, files={"file": ("d.png", PNG)})
+    assert r.json()["detail"] == (
+        "the query gives 'include' 3 times ('capsules', ' routing,', 'reconstruction'); give each parameter once: "
+        "include takes a comma list (include=capsules,routing,reconstruction)"
+    )
+    r = client.post("/predict", params=[("x\n" * 40, "y" * 1000)] * 5, files={"file": ("d.png", PNG)})
+    detail = r.json()["detail"]  # a client's text, quoted, escaped and cut short: the sentence stays readable
+    assert r.status_code == 422 and "\n" not in detail and "and 2 more" in detail and len(detail) < 240, detail
+
+
+def test_every_route_with_a_query_refuses_a_parameter_given_twice(app, client):
+    """A route added later with query parameters must refuse one given twice (`dependencies=[GivenOnce]`, or
+    read_query), before it reads a body. The Open Inference Protocol's routes (/v2) are its, version and all."""
+    schema = app.openapi()["paths"]
+    queried = [
+        (method, path, next(p["name"] for p in op["parameters"] if p["in"] == "query"))
+        for path, ops in schema.items()
+        for method, op in ops.items()
+        if any(p["in"] == "query" for p in op.get("parameters", ())) and not path.startswith("/v2/")
+    ]
+    assert {path for _, path, _ in queried} >= {"/predict", "/explain", "/reconstruct", "/model"}
+    for method, path, name in queried:
+        r = client.request(method, path, params=[(name, "a"), (name, "b")])
+        assert r.status_code == 422 and "give each parameter once" in r.json()["detail"], (method, path, r.text)
