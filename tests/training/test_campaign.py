@@ -18,9 +18,11 @@ from training.config import TrainConfig
 from training.fit import fit
 from training.train import ShiftedDigits, load_splits
 
-# one run per code path of runs.py: each kind, each affine model, a started and a fresh run, EM routing
+# one run per code path of runs.py: each kind, each affine model, a started and a fresh run, a started run with a
+# loss setting of its own, EM routing
 PREFLIGHT = [
     "multimnist",
+    "multimnist-recon",
     "multimnist-cnn",
     "mnist-flagship",
     "affine-capsnet-s0",
@@ -241,4 +243,30 @@ def test_the_unscaled_pairs_run_differs_from_the_shipped_run_in_its_scale_alone(
     assert TrainConfig(**scaled.train).scale == 0.2 and TrainConfig(**unscaled.train).scale == 0.0
     assert {k: v for k, v in scaled.train.items() if k != "scale"} == unscaled.train
     assert (unscaled.kind, unscaled.start, unscaled.ships) == ("pairs", "multimnist", None)
-    assert [spec.name for spec in plan.PLAN[:2]] == ["multimnist", "multimnist-unscaled"]
+
+
+def test_the_recon_run_differs_from_the_shipped_run_in_the_decoders_weight_alone(data_dirs, tmp_path):
+    """Beside MultiMNIST's run, from the same weights with the same settings, the decoder weighed against Eq. 4
+    as the authors' code weighs it (its margin loss averaged over the classes at half weight: 1/20 of ours);
+    the two begin at once, first in a window, and the recon run is not shipped. Its model is the starting
+    checkpoint's, its recon_weight the plan's."""
+    from training.campaign.runs import configs, locate
+
+    runs = {spec.name: spec for spec in plan.PLAN}
+    shipped, recon = runs["multimnist"], runs["multimnist-recon"]
+    assert 20 * CapsNetConfig().recon_weight == plan.RECON_AS_RELEASED
+    assert recon.train == shipped.train and recon.capsnet == {"recon_weight": plan.RECON_AS_RELEASED}
+    assert (recon.kind, recon.start, recon.ships) == ("pairs", "multimnist", None)
+    assert [spec.name for spec in plan.PLAN[:2]] == ["multimnist", "multimnist-recon"]
+    root = tmp_path / "pack"
+    pack.pack(root, data_dirs, names=[recon.name], log=lambda _: None)
+    _, config = configs(recon, root, tmp_path / "work", time.time() + 60, "cpu", smoke=True)
+    start = torch.load(locate(root, "start/multimnist.pt"), weights_only=True)["config"]
+    assert config == CapsNetConfig(**{**start, "recon_weight": plan.RECON_AS_RELEASED})
+    assert start["recon_weight"] == CapsNetConfig().recon_weight  # the shipped run's own weight is the paper's
+
+
+def test_a_run_from_shipped_weights_keeps_their_architecture():
+    with pytest.raises(ValueError, match="may be loss, recon_weight, not routing"):
+        plan.Spec("x", "pairs", 1.0, "a target", start="multimnist", capsnet={"routing": "em"})
+    assert plan.Spec("x", "digits", 1.0, "a target", capsnet={"routing": "em"}).capsnet == {"routing": "em"}

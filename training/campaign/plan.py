@@ -21,6 +21,8 @@ WINDOW_MINUTES = 9.0  # of a 15-minute lease: a cold start, the loads' calls, tw
 
 # the shipped models a run can start from or replace (model folders under models/)
 STARTS = ("mnist", "multimnist", "fashion-mnist")
+# what a run from shipped weights may set in their CapsNetConfig: how it is trained, not its architecture
+LOSS_SETTINGS = frozenset({"loss", "recon_weight"})
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,24 @@ class Spec:
     train: dict = field(default_factory=dict)  # TrainConfig fields
     capsnet: dict = field(default_factory=dict)  # CapsNetConfig fields
 
+    def __post_init__(self):
+        other = sorted(set(self.capsnet) - LOSS_SETTINGS)
+        if self.start and other:
+            raise ValueError(
+                f"{self.name} starts from the shipped {self.start}, whose architecture it keeps: its capsnet "
+                f"settings may be {', '.join(sorted(LOSS_SETTINGS))}, not {', '.join(other)}"
+            )
+
     def record(self) -> dict:
         return asdict(self)
 
 
 LONG = {"epochs": 100_000, "eval_every": 1}  # the deadline ends these runs, each epoch validated
+# The decoder's weight against Eq. 4 in the authors' released code (tensorflow/models research/capsules,
+# models/layers/layers.py): its margin loss is 0.5 x the positive and 0.25 x the negative cost, averaged over
+# the batch and the 10 classes, against a summed-squared reconstruction error averaged over the batch times
+# 0.0005, as ours: our Eq. 4, summed over the classes, weighs 20 times as much against the same error.
+RECON_AS_RELEASED = 20 * 0.0005
 
 
 def affine(model: str, seed: int) -> Spec:
@@ -69,12 +84,14 @@ def paper(seed: int) -> Spec:
 
 
 # The order of what a window's minutes buy (the first SLOTS begin at once, the next as slots free): MultiMNIST
-# first, furthest from its target, which goes on from the shipped weights and ships its gain each window, and
-# beside it the same run on pairs that are not scaled, as the test's are not: its error beside the scaled run's
-# says what the scale augmentation (for drawn pairs) costs on the paper's pairs, where four windows of the
-# scaled run stayed at 13.0-13.5% on test pairs and 13.4% on training pairs; then the two that go on from
-# shipped weights and ship what beats them (the flagship, which ships only if it reads the robustness suite as
-# well, and Fashion-MNIST); then the runs whose figures the ledger holds (EM routing, section 6's CNN baseline,
+# first, furthest from its target, which goes on from the shipped weights and ships its gain each window; four
+# windows of it stayed at 13.0-13.5% on test pairs and 13.4% on training pairs. Beside it the same run with the
+# reconstruction weighed against the margin loss as the authors' code weighs it (RECON_AS_RELEASED): its error
+# beside the shipped run's says whether the decoder's pull, which section 6 credits for telling the two digits
+# apart, is what the fit lacks. Then the two that go on from shipped weights and ship what beats them (the
+# flagship, which ships only if it reads the robustness suite as well, and Fashion-MNIST); then the runs whose
+# figures the ledger holds (EM routing; MultiMNIST on pairs that are not scaled, as the test's are not, which
+# says what the scale augmentation for drawn pairs costs on the paper's pairs; section 6's CNN baseline,
 # section 5.2's three seeds, the paper's recipe's three seeds, MultiMNIST on the authors' released shifts),
 # each trained from its seed or start again.
 PLAN: tuple[Spec, ...] = (
@@ -90,14 +107,15 @@ PLAN: tuple[Spec, ...] = (
         train={**LONG, "lr": 1e-4, "lr_decay": 0.995, "scale": 0.2},
     ),
     Spec(
-        "multimnist-unscaled",
+        "multimnist-recon",
         "pairs",
         minutes=WINDOW_MINUTES,
-        target="MultiMNIST's run on pairs not scaled (the paper's and the test's): its error beside the scaled "
-        "run's (paper: 5.2%)",
+        target="MultiMNIST's run with the reconstruction weighed as the authors' code weighs it (20x our "
+        "recon_weight): its error beside the shipped run's (paper: 5.2%)",
         start="multimnist",
-        # the shipped run's settings but the scale, and not shipped: the served model reads drawn pairs of any size
-        train={**LONG, "lr": 1e-4, "lr_decay": 0.995},
+        # the shipped run's settings but the decoder's weight, and not shipped until that weight is the recipe's
+        train={**LONG, "lr": 1e-4, "lr_decay": 0.995, "scale": 0.2},
+        capsnet={"recon_weight": RECON_AS_RELEASED},
     ),
     Spec(
         "mnist-flagship",
@@ -135,6 +153,16 @@ PLAN: tuple[Spec, ...] = (
         target="EM routing ≤ 1.0% MNIST test error",
         train={**LONG, "lr": 1e-3, "lr_decay": 0.98},
         capsnet={"routing": "em"},
+    ),
+    Spec(
+        "multimnist-unscaled",
+        "pairs",
+        minutes=WINDOW_MINUTES,
+        target="MultiMNIST's run on pairs not scaled (the paper's and the test's): its error beside the scaled "
+        "run's (paper: 5.2%)",
+        start="multimnist",
+        # the shipped run's settings but the scale, and not shipped: the served model reads drawn pairs of any size
+        train={**LONG, "lr": 1e-4, "lr_decay": 0.995},
     ),
     Spec(
         "multimnist-cnn",

@@ -103,7 +103,8 @@ def starting_weights(spec: plan.Spec, pack: Path) -> dict | None:
 
 def configs(spec: plan.Spec, pack: Path, work: Path, deadline: float, device: str, smoke: bool):
     """The run's TrainConfig (the spec's settings, the pack's data, its deadline less its test's) and
-    the CapsNetConfig of its model (the starting checkpoint's, else the spec's)."""
+    the CapsNetConfig of its model: the spec's, or the starting checkpoint's with the spec's loss settings
+    (plan.LOSS_SETTINGS; its architecture is the checkpoint's)."""
     settings = {**spec.train, **(plan.SMOKE_TRAIN if smoke else {})}
     if smoke:
         settings["epochs"] = 2
@@ -119,7 +120,11 @@ def configs(spec: plan.Spec, pack: Path, work: Path, deadline: float, device: st
     )
     start = starting_weights(spec, pack)
     size = {"pairs": contract.MULTIMNIST_SIZE, "affine": contract.AFFINE_SIZE}.get(spec.kind, contract.IMAGE_SIZE)
-    model_config = CapsNetConfig(**start["config"]) if start else CapsNetConfig(image_size=size, **spec.capsnet)
+    model_config = (
+        CapsNetConfig(**{**start["config"], **spec.capsnet})
+        if start
+        else CapsNetConfig(image_size=size, **spec.capsnet)
+    )
     return config, model_config
 
 
