@@ -138,8 +138,8 @@ class Digits(NamedTuple):
 class DigitCaps(nn.Module):
     """Fully connected capsule layer: u_hat_j|i = W_ij u_i (Eq. 2), then a routing (dynamic or qp).
 
-    W holds one 16x8 matrix per (i, j) pair, initialised N(0, 0.01^2) as in the official code;
-    no bias (the paper has none and the 6.8M parameter count depends on it).
+    W holds one 16x8 matrix per (i, j) pair, initialised N(0, 0.01^2); no bias, as in the paper (the
+    authors' released code draws W from a truncated normal of std 0.1 and adds a bias of 0.1 to each s_j).
 
     The votes and the routing run in fp32 even inside a bf16 autocast region: s_j sums 1152 votes
     (Eq. 2) and b_ij accumulates agreements over the iterations, which bf16's 8 mantissa bits would
