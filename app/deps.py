@@ -80,17 +80,19 @@ def given_once(query: QueryParams) -> None:
     if len(query) == len(query.multi_items()):  # no name twice: the usual query, two lengths compared
         return
     name, values = next((name, query.getlist(name)) for name in query if len(query.getlist(name)) > 1)
-    shown = ", ".join(quoted(value) for value in values[:3]) + (f" and {len(values) - 3} more" if values[3:] else "")
-    detail = f"the query gives {quoted(name)} {len(values)} times ({shown}); give each parameter once"
+    more = f" and {len(values) - 3} more" if values[3:] else ""
+    listed = ", ".join(shown(value, 28) for value in values[:3]) + more
+    detail = f"the query gives {shown(name, 28)} {len(values)} times ({listed}); give each parameter once"
     if name == INCLUDE:
         joined = ",".join(part.strip() for value in values for part in value.split(",") if part.strip())
         detail += f": {INCLUDE} takes a comma list ({INCLUDE}={joined if len(joined) <= 64 else 'a,b'})"
     raise HTTPException(422, detail)
 
 
-def quoted(text: str, most: int = 24) -> str:
-    """A client's text in a sentence: quoted, its control characters escaped, at most `most` characters of it."""
-    return repr(text) if len(text) <= most else repr(text[:most]) + "…"
+def shown(value: Any, limit: int = 80) -> str:
+    """A client's value as an error quotes it: its repr (control characters escaped), cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def query_given_once(request: Request) -> None:

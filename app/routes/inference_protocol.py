@@ -40,7 +40,7 @@ from pydantic.json_schema import models_json_schema
 
 from app import VERSION
 from app.batcher import DeadlineError, QueueFullError
-from app.deps import EnginesDep, is_json
+from app.deps import EnginesDep, is_json, shown
 from app.engine import Engine, Engines
 from app.errors import RETRY_AFTER
 from app.router import Router
@@ -77,12 +77,6 @@ def documented(*statuses: int) -> dict:
         504: "the model did not answer within the request deadline",
     }
     return {status: {"model": ErrorBody, "description": meaning[status]} for status in statuses}
-
-
-def shown(value: Any, limit: int = 80) -> str:
-    """A client's value as an error quotes it: its repr, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ProtocolError(Exception):
