@@ -3,14 +3,15 @@
 $ python -m training.campaign ship COLLECTED [COLLECTED ...]    # the folders of the collect calls, oldest first
 
 For each run that can replace a shipped model (plan.Spec.ships) and whose weights came back, the
-checkpoint is joined from its parts, exported to a scratch model folder (graphs, parity, card:
+checkpoint is joined from its parts, exported to a scratch model folder of its own (graphs, parity, card:
 training.export), and its held-out metric is measured on the exported graph beside the shipped
 graph's, on the same images, in this process:
   mnist           MNIST test accuracy, and the robustness suite (benchmarks.robustness) kind by kind:
                   it ships only if no kind reads worse; its int8 graph is made as the shipped one was
   fashion-mnist   Fashion-MNIST test accuracy
   multimnist      both-labels-right accuracy on `pairs_per_digit` pairs per MNIST test digit
-A candidate replaces models/<name> only when strictly better. Every run's window then goes into the
+A candidate replaces models/<name> only when strictly better; of two runs that ship the same model, in the
+plan's order, the second measures itself against what the first left there. Every run's window then goes into the
 ledger (training/campaign/ledger.py), and docs/results.md is rendered again.
 """
 
@@ -130,7 +131,7 @@ def ship(
         for spec in plan.PLAN:
             if spec.ships is None or spec.name not in weights:
                 continue
-            candidate = scratch / "models" / spec.ships
+            candidate = scratch / "candidates" / spec.name / spec.ships
             shipped = models_root / spec.ships
             decision = compare(spec, weights[spec.name], shipped, candidate, data_dirs, pairs_per_digit, robustness_n)
             if decision["replaced"]:
