@@ -88,9 +88,9 @@ def paper(seed: int) -> Spec:
 # windows of it stayed at 13.0-13.5% on test pairs and 13.4% on training pairs. Beside it the same run with the
 # reconstruction weighed against the margin loss as the authors' code weighs it (RECON_AS_RELEASED): its error
 # beside the shipped run's says whether the decoder's pull, which section 6 credits for telling the two digits
-# apart, is what the fit lacks, and it ships when it beats the shipped model (or the first run's, shipped before
-# it). Then the two that go on from shipped weights and ship what beats them (the
-# flagship, which ships only if it reads the robustness suite as well, and Fashion-MNIST); then the runs whose
+# apart, is what the fit lacks; it ships when it beats the shipped model (or the first run's, shipped before it).
+# Then the two that go on from shipped weights and ship what beats them (the flagship, which ships only if it
+# reads the robustness suite as well, and Fashion-MNIST); then the runs whose
 # figures the ledger holds (EM routing; MultiMNIST on pairs that are not scaled, as the test's are not, which
 # says what the scale augmentation for drawn pairs costs on the paper's pairs; section 6's CNN baseline,
 # section 5.2's three seeds, the paper's recipe's three seeds, MultiMNIST on the authors' released shifts),
