@@ -24,7 +24,7 @@ from app import imaging
 from app.couplings import coupling_changes, iteration_maps, routing_maps
 from app.engine import Engine, Outputs
 from app.imaging.transform import TRANSFORMS, TransformName, sweep
-from app.schemas import COEFFICIENTS, ITERATIONS
+from app.schemas import COEFFICIENTS, INPUT, ITERATIONS
 from model import contract
 
 # A small picture (both bounds, its sides by its header) is prepared on the event loop: it costs about
@@ -43,9 +43,9 @@ UNDECIDED_LENGTH = (contract.M_PLUS + contract.M_MINUS) / 2
 # pairs (0.5% drawn large, 0.9% at 36x36) against 400 single test digits (21% and 23%)
 FEWER_OBJECTS_LENGTH = 0.3
 
-# The parts of /predict's answer that the class capsules' outputs give (contract.CAPSULE_OUTPUTS); an answer
-# of no others is read from them alone (Engine.predict's lean)
-CAPSULE_PARTS = frozenset({"capsules"})
+# The parts of /predict's answer that need no output but the class capsules' (contract.CAPSULE_OUTPUTS); an
+# answer of no others is read from them alone (Engine.predict's lean)
+CAPSULE_PARTS = frozenset({"capsules", INPUT})
 
 
 # --- the image in ----------------------------------------------------------------------------------
@@ -188,7 +188,8 @@ def render_prediction(
         routing[ITERATIONS] = routing_iterations(outputs, engine)
     if routing:
         body["routing"] = routing
-    body["input"] = imaging.png_data_url(prepared.image)
+    if INPUT in include:
+        body[INPUT] = imaging.png_data_url(prepared.image)
     body["model"] = model_info(engine)
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 

@@ -51,7 +51,8 @@ PNG_EXAMPLE = (
 # the answer's bytes, which routing.maps sum up) and routing.iterations
 COEFFICIENTS = "coefficients"
 ITERATIONS = "iterations"
-INCLUDE_DEFAULT = ("capsules", "reconstruction", "routing")  # /predict without ?include=
+INPUT = "input"  # the image the model saw, as a PNG
+INCLUDE_DEFAULT = ("capsules", "reconstruction", "routing", INPUT)  # /predict without ?include=
 INCLUDE_OPTIONS = (*INCLUDE_DEFAULT, COEFFICIENTS, ITERATIONS)  # /predict?include=
 DRAWING_OPTIONS = ("image", "png")  # /reconstruct?include=
 # ?preprocess= of /predict and /explain. `mnist` is an alias of `auto`, its name from when every served model
@@ -78,9 +79,9 @@ class PredictQuery(BaseModel):
     include: str | None = Field(
         None,
         description=f"comma list of {', '.join(INCLUDE_OPTIONS)} to return (default: {', '.join(INCLUDE_DEFAULT)}; "
-        f"empty: none). routing: routing.maps; {COEFFICIENTS}: routing.coefficients, every c_ij; {ITERATIONS}: "
-        "routing.iterations, dynamic routing iteration by iteration (Procedure 1; 422 for a model whose graph does "
-        "not have them)",
+        f"empty: none). routing: routing.maps; {INPUT}: the image the model saw, a PNG; {COEFFICIENTS}: "
+        f"routing.coefficients, every c_ij; {ITERATIONS}: routing.iterations, dynamic routing iteration by iteration "
+        "(Procedure 1; 422 for a model whose graph does not have them)",
         examples=[",".join(INCLUDE_DEFAULT), ",".join(INCLUDE_OPTIONS)],
     )
     preprocess: Preprocess = Field("auto", description=PREPROCESS_DESCRIPTION)
@@ -208,8 +209,8 @@ def _predict_example() -> dict:
 
 
 class PredictResponse(BaseModel):
-    """What the model says about one image. `include` picks capsules, reconstruction and routing (all three
-    by default) and routing's iterations (only when named)."""
+    """What the model says about one image. `include` picks capsules, reconstruction, routing and input (all four
+    by default) and routing's coefficients and iterations (only when named)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_predict_example()]})
     prediction: int = Field(ge=0, le=C - 1, description="the class (index) with the longest capsule")
@@ -249,8 +250,10 @@ class PredictResponse(BaseModel):
     routing: Routing | None = Field(
         None, description="include=routing: the final couplings and their maps; include=iterations: every iteration"
     )
-    input: str = Field(
-        description="the image the model saw (its input size), as a PNG data URL", examples=[PNG_EXAMPLE]
+    input: str | None = Field(
+        None,
+        description=f"include={INPUT}: the image the model saw (its input size), as a PNG data URL",
+        examples=[PNG_EXAMPLE],
     )
     model: ModelInfo
 

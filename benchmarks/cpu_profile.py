@@ -24,7 +24,7 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
                    its graph pruned to them (app/pruning.py)
   render           the default JSON answer (two PNGs, the routing maps, orjson)
   render, with the coefficients  the same with routing.coefficients (?include=...,coefficients): 11,520 floats
-  render ?include= the answer of ?include= (the input's PNG, orjson)
+  render ?include= the answer of ?include= (the class, its lengths and the runner-up, orjson)
   app layers       GET /health through the app in process: its middleware (request id, body limit,
                    HTTP metrics), routing and a response; /predict's query and engine come on top
 decode+prepare's steps, one by one on the same digit (app/imaging/digit.py's digits()): decoding the PNG,

@@ -70,9 +70,10 @@ class ApiClient:
         return orjson.loads(response.content)
 
     def predict(self, png: bytes, model: str | None = None, iterations: bool = False) -> dict[str, Any]:
-        """POST /predict with the parts the demo shows: the capsules, the reconstruction and the routing maps (each
-        routing iteration's too, if asked); not the routing coefficients, which the maps sum up."""
-        include = "capsules,reconstruction,routing" + (",iterations" if iterations else "")
+        """POST /predict with the parts the demo shows: the input the model saw, the capsules, the reconstruction
+        and the routing maps (each routing iteration's too, if asked); not the routing coefficients, which the maps
+        sum up."""
+        include = "input,capsules,reconstruction,routing" + (",iterations" if iterations else "")
         return self.call(
             "POST",
             "/predict",

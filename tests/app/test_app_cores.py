@@ -227,13 +227,14 @@ def test_a_lone_predict_runs_on_every_core(board_path, two_cores):
         runs: list[str] = []
         for name in ("capsnet", "capsnet_wide", "capsnet_lean"):
             setattr(engines["mnist"], name, Spy(getattr(engines["mnist"], name), name, runs))
-        for include in ("", "capsules", "capsules,routing"):
+        for include in ("", "capsules", "input,capsules", "capsules,routing"):
             answer = client.post(
                 f"/predict?include={include}", content=multipart(digit_png()), headers={"Content-Type": MULTIPART}
             )
             assert answer.status_code == 200
-        assert lone_runs(client) - before == 3
-        assert runs == ["capsnet_lean", "capsnet_lean", "capsnet_wide"]  # the class capsules alone: the lean one
+        assert lone_runs(client) - before == 4
+        # the class capsules alone, or with the input (the prepared image): the lean one
+        assert runs == ["capsnet_lean", "capsnet_lean", "capsnet_lean", "capsnet_wide"]
         runs.clear()
         lean_batches = batches(client, "mnist_lean")
         answer = client.post(

@@ -116,7 +116,7 @@ def test_preprocess_none_equals_the_bare_session(client, engine, digits):
     x = digits[0][:3].astype(np.float32) / 255
     lengths, capsules = engine.capsnet.run([contract.LENGTHS, contract.CAPSULES], {contract.IMAGE: x[:, None]})
     for i in range(3):
-        body = post_png(client, digits[0][i], preprocess="none", include="capsules").json()
+        body = post_png(client, digits[0][i], preprocess="none", include="capsules,input").json()
         np.testing.assert_allclose(body["probabilities"], lengths[i], atol=1e-5)
         np.testing.assert_allclose(body["capsules"], capsules[i], atol=1e-5)
         np.testing.assert_allclose(decoded_png(body["input"]), x[i], atol=0.5 / 255 + 1e-6)
@@ -127,13 +127,14 @@ def test_preprocess_none_equals_the_bare_session(client, engine, digits):
     [
         ("", set()),
         ("capsules", {"capsules"}),
+        ("input", {"input"}),
         ("routing,reconstruction", {"routing", "reconstruction"}),
         (" capsules , routing ", {"capsules", "routing"}),
     ],
 )
 def test_include_trims_the_response(client, digits, include, expected):
     body = post_png(client, digits[0][1], include=include).json()
-    assert set(body) == {"prediction", "label", "probabilities", "runner_up", "warnings", "input", "model"} | expected
+    assert set(body) == {"prediction", "label", "probabilities", "runner_up", "warnings", "model"} | expected
 
 
 def test_json_and_multipart_agree(client, digits):
@@ -151,12 +152,12 @@ def test_the_file_is_read_however_the_body_arrives(client, digits):
     """The `file` beside other fields, before and after it, and a body streamed in pieces that split its
     boundaries: the same image as a plain upload."""
     data = encode(digits[0][2])
-    plain = client.post("/predict?include=", files={"file": ("d.png", data, "image/png")}).json()
+    plain = client.post("/predict?include=input", files={"file": ("d.png", data, "image/png")}).json()
     fields = {f"f{i}": "x" * i for i in range(16)}
-    beside = client.post("/predict?include=", data=fields, files={"file": ("d.png", data, "image/png")}).json()
+    beside = client.post("/predict?include=input", data=fields, files={"file": ("d.png", data, "image/png")}).json()
     body = multipart(data)
     pieces = (body[i : i + 7] for i in range(0, len(body), 7))  # an iterator: sent chunked, 7 bytes a chunk
-    streamed = client.post("/predict?include=", content=pieces, headers={"content-type": MULTIPART}).json()
+    streamed = client.post("/predict?include=input", content=pieces, headers={"content-type": MULTIPART}).json()
     assert plain["input"] == beside["input"] == streamed["input"]
     assert plain["prediction"] == beside["prediction"] == streamed["prediction"]
 
