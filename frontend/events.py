@@ -1,9 +1,11 @@
 """Every event of the page, wired in one place: what starts a prediction, what follows an answer, what
 the perturbation panel redraws. Read `wire` top to bottom; the handlers are in frontend/handlers.py.
 
-Every answer is one event, and its follow-up (routing maps, perturbed capsule, Fig. 4) a second that
-waits until the browser has drawn the answer: Gradio's page does work for every event on every
-component with a progress status, so fewer events answer sooner (an example: 425 -> 229 ms here).
+Every answer is one event, and its follow-up (routing maps, perturbed capsule, Fig. 4, the sliders' names)
+a second that waits until the browser has drawn the answer: Gradio's page does work for every event, with or
+without a progress status, and each one more while it draws an answer delays it (an example's click: 268 ms
+with none, 476 with two more, in one run on a 2-core machine). tests/frontend/test_frontend_browser.py
+counts them.
 """
 
 from functools import partial
@@ -52,14 +54,14 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
     follow: dict[str, Any] = dict(
         fn=partial(handlers.follow_up, client, ui),
         inputs=[ui.screen, transform.open, transform.transform, *panel.sliders],
-        outputs=[*ui.routing, panel.perturbed, panel.grid, *swept],
+        outputs=[*ui.routing, panel.perturbed, panel.grid, *panel.sliders, *swept],
         show_progress="hidden",
         js=AFTER_PAINT,
     )
     drawn, uploaded = partial(handlers.answer_drawing, client, ui), partial(handlers.answer_upload, client, ui)
     ask = partial(handlers.ask, ui)
-    pad, button, draw_tab, upload_tab = inputs.pad, inputs.button, inputs.draw_tab, inputs.upload_tab
-    if pad is not None and button is not None and draw_tab is not None and upload_tab is not None:  # a Draw tab
+    pad, button, tabs = inputs.pad, inputs.button, inputs.tabs
+    if pad is not None and button is not None and tabs is not None:  # a Draw tab
         # A stroke's end (the pad's .input) and the Predict click are one event, so the browser runs them in
         # turn: a click during a stroke's prediction waits and then reads the canvas as it is by then.
         gr.on(
@@ -71,12 +73,11 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
             api_name=f"{api}predict_drawing",
         ).then(**follow)
         pad.clear(gated(ask, DRAWING, switch=True), [ui.screen], answers, **PRIVATE).then(**follow)
-        # The tab in view answers: switching to Draw reads the drawing (or asks for one), to Upload the image.
-        draw_tab.select(gated(drawn, DRAWING, tab_select=True), [ui.screen, pad], answers, **LIVE, **PRIVATE).then(
-            **follow
-        )
-        upload_tab.select(
-            gated(uploaded, UPLOAD, tab_select=True), [ui.screen, inputs.upload], answers, **LIVE, **RAW, **PRIVATE
+        # The tab a person clicks answers: Draw reads the drawing (or asks for one), Upload the image. The Tabs'
+        # select, which only a click sends: each Tab's own comes also when an answer (an example's) brings the
+        # Upload tab into view, two more events for the page to work through while it draws that answer.
+        tabs.select(
+            handlers.answer_tab(client, ui), [ui.screen, pad, inputs.upload], answers, **LIVE, **RAW, **PRIVATE
         ).then(**follow)
     # An upload (a file or the clipboard), a cleared upload and an example: each is one event that answers.
     inputs.upload.upload(
@@ -107,13 +108,14 @@ def wire_tab(client: ApiClient, ui: TabUI) -> None:
         outputs=panel.perturbed,
     )
     regrid: dict[str, Any] = dict(
-        fn=partial(handlers.regrid, client, ui), inputs=[ui.capsules, panel.digit], outputs=panel.grid
+        fn=partial(handlers.regrid, client, ui),
+        inputs=[ui.capsules, panel.digit],
+        outputs=[panel.grid, *panel.sliders],
+        show_progress_on=panel.grid,  # the sliders only take new names
     )
     panel.digit.input(**redraw, **LIVE).then(**regrid)
     gr.on([slider.input for slider in panel.sliders], **redraw, **LIVE, api_name=f"{api}perturb")
     panel.reset.click(partial(handlers.reset_sliders, ui), None, panel.sliders, **PRIVATE).then(**redraw)
-
-    panel.digit.change(partial(handlers.label_sliders, ui), panel.digit, panel.sliders, **PRIVATE)
 
     # Routing, iteration by iteration: the answer on screen has every iteration's maps.
     routing = ui.routing

@@ -3,6 +3,8 @@ image, testable alone; then the events' own, which return Gradio updates keyed b
 TabUI names them), so no list of outputs has to match an order. frontend/events.py binds them."""
 
 import io
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,9 @@ from PIL import Image, ImageOps
 
 from frontend import plots, sweeps
 from frontend.client import ApiClient, ApiError
-from frontend.layout import TabUI, slider_of, upload_tab_id
+from frontend.layout import TAB_LABELS, TabUI, slider_of, upload_tab_id
 from frontend.pad import drawing_png
-from frontend.screen import Screen
+from frontend.screen import DRAWING, UPLOAD, Screen, gated
 from frontend.tabs import Tab
 from frontend.views import View, footer_text, message_view, picked, routing_maps, updates
 from model.contract import CAPSULE_DIM, MAX_PIXELS, PERTURB_LIMIT, PERTURB_STEP, WORK_SIZE
@@ -179,9 +181,21 @@ def ask(ui: TabUI) -> dict:
     return updates(message_view(ui.tab.view, ui.tab.look.prompt), ui.outputs)
 
 
+def answer_tab(client: ApiClient, ui: TabUI) -> Callable[..., dict]:
+    """The event function of a person's click on the Draw or Upload tab (the Tabs' select, `selected`): the
+    input that tab holds answers, unless it is on screen already (gated)."""
+    drawn = gated(partial(answer_drawing, client, ui), DRAWING, tab_select=True)
+    uploaded = gated(partial(answer_upload, client, ui), UPLOAD, tab_select=True)
+
+    def run(screen: Screen, drawing: str | None, upload: dict[str, Any] | None, selected: gr.SelectData) -> dict:
+        return uploaded(screen, upload) if selected.value == TAB_LABELS[UPLOAD] else drawn(screen, drawing)
+
+    return run
+
+
 def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
-    """The example `index` of the tab, shown in the upload (the Upload tab selected, in a tab with a pad;
-    the same event, so no tab select of its own follows), and its view."""
+    """The example `index` of the tab, shown in the upload (the Upload tab selected, in a tab with a pad:
+    a tab brought into view by an answer sends no select of its own), and its view."""
     path = str(ui.tab.look.examples[index])
     upload_in_view = {ui.inputs.tabs: gr.Tabs(selected=upload_tab_id(ui.tab))} if ui.inputs.tabs else {}
     return {**upload_in_view, ui.inputs.upload: path, **answer_path(client, ui, path)}
@@ -189,10 +203,10 @@ def answer_example(client: ApiClient, ui: TabUI, index: int) -> dict:
 
 def follow_up(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transform: str, *deltas: float) -> dict:
     """What follows the answer on screen, in one update: its routing maps (the last iteration), its capsule
-    (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid, and its sweep when the
-    Transform panel is open (`opened`). Nothing when that answer has been followed up already (by the
-    follow-up of a prediction whose answer was dropped, see Screen). The answer is the Screen's as this
-    runs, not the one the event was sent with.
+    (the one the answer's view picked) perturbed by the sliders, its Fig. 4 grid, the sliders named for that
+    capsule, and its sweep when the Transform panel is open (`opened`). Nothing when that answer has been
+    followed up already (by the follow-up of a prediction whose answer was dropped, see Screen). The answer
+    is the Screen's as this runs, not the one the event was sent with.
 
     One update, not a part at a time: Gradio's page applies a generator's later outputs as diffs, in place,
     to the objects of the earlier ones, which it hands to the components, sometimes a frame later, so an
@@ -209,6 +223,7 @@ def follow_up(client: ApiClient, ui: TabUI, screen: Screen, opened: bool, transf
         routing.change: iteration_words(answer, last),
         panel.perturbed: perturb(client, capsules, digit, *deltas, model=model),
         panel.grid: fig4(client, capsules, digit, model=model),
+        **slider_labels(ui, digit),
         **(sweep_answer(client, ui, answer, transform) if opened else {}),
     }
 
@@ -219,8 +234,8 @@ def redraw(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, dig
 
 
 def regrid(client: ApiClient, ui: TabUI, capsules: list[list[float]] | None, digit: int | None) -> dict:
-    """The chosen capsule's Fig. 4."""
-    return {ui.panel.grid: fig4(client, capsules, digit, model=ui.tab.model)}
+    """The chosen capsule's Fig. 4, and its sliders named."""
+    return {ui.panel.grid: fig4(client, capsules, digit, model=ui.tab.model), **slider_labels(ui, digit)}
 
 
 def show_iteration(ui: TabUI, screen: Screen, iteration: int) -> dict:
@@ -273,10 +288,11 @@ def slide(ui: TabUI, sweep: sweeps.Sweep | None, value: float) -> dict:
     return {panel.outputs[k]: v for k, v in sweeps.shown(sweep, ui.tab, value).items()}
 
 
-def label_sliders(ui: TabUI, digit: int | None) -> dict:
-    """The perturbation sliders named by what each dimension of the chosen capsule does (its card's words)."""
-    if digit is None:  # the capsules cleared
-        return gr.skip()
+def slider_labels(ui: TabUI, digit: int | None) -> dict:
+    """The perturbation sliders named by what each dimension of the capsule of `digit` does (its card's words);
+    no update without a capsule (the capsules cleared)."""
+    if digit is None:
+        return {}
     labels = sweeps.dimension_labels(ui.tab, int(digit))
     return {slider: gr.Slider(label=label) for slider, label in zip(ui.panel.sliders, labels, strict=True)}
 

@@ -113,6 +113,9 @@ def picture(label: str, elem_id: str) -> gr.Image:
     return gr.Image(label=label, format="png", height=200, buttons=[], elem_id=elem_id, elem_classes="pixels")
 
 
+TAB_LABELS = {DRAWING: "Draw", UPLOAD: "Upload"}  # the input tabs, as the Tabs' select names them
+
+
 def upload_tab_id(tab: Tab) -> str:
     return f"{tab.prefix}upload-tab"
 
@@ -124,8 +127,6 @@ class Inputs(NamedTuple):
     pad: gr.HTML | None
     button: gr.Button | None
     tabs: gr.Tabs | None  # Draw and Upload
-    draw_tab: gr.Tab | None
-    upload_tab: gr.Tab | None
     upload: gr.Image
     examples: gr.Dataset
 
@@ -146,13 +147,13 @@ def inputs(tab: Tab) -> Inputs:
         elem_classes="upload",  # an image smaller than the box is scaled up to fill it (CSS)
         render=False,
     )
-    pad = button = tabs = draw_tab = upload_tab = None
+    pad = button = tabs = None
     if look.canvas:
         with gr.Tabs(elem_id=f"{p}inputs") as tabs:
-            with gr.Tab("Draw", id=f"{p}draw") as draw_tab:
+            with gr.Tab(TAB_LABELS[DRAWING], id=f"{p}draw"):
                 pad = drawing_pad(f"Draw {look.subject}", f"{p}sketch", CANVAS, PENS, PEN)
                 button = gr.Button("Predict", variant="primary")
-            with gr.Tab("Upload", id=upload_tab_id(tab)) as upload_tab:
+            with gr.Tab(TAB_LABELS[UPLOAD], id=upload_tab_id(tab)):
                 upload.render()
     else:
         upload.render()
@@ -165,7 +166,7 @@ def inputs(tab: Tab) -> Inputs:
         label=look.examples_label,
         elem_id=f"{p}examples",
     )
-    return Inputs(pad, button, tabs, draw_tab, upload_tab, upload, examples)
+    return Inputs(pad, button, tabs, upload, examples)
 
 
 def answer_column(tab: Tab) -> tuple[gr.Markdown, dict[str, gr.Image], gr.Image]:

@@ -73,8 +73,8 @@ def gated(
 ) -> Callable[..., dict]:
     """An event function: `handler`'s updates (keyed by component), or none at all (gr.skip()) when the
     Screen (its first input) says they are not for what is on screen. `switch`: the event puts `source`
-    on screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected again, or by
-    the page's own script after an upload, has nothing new to say). The handler's answer (under ANSWER)
+    on screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected while its input
+    is on screen has nothing new to say). The handler's answer (under ANSWER)
     goes to the Screen, for the follow-up, not to the page."""
 
     def run(screen: Screen, *inputs: Any) -> dict:

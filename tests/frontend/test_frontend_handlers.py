@@ -25,6 +25,7 @@ from frontend.handlers import (
     OFFSETS,
     SENT_SIDE,
     answer_example,
+    answer_tab,
     answer_upload,
     fig4,
     fig4_tiles,
@@ -34,6 +35,7 @@ from frontend.handlers import (
     predict_drawing,
     predict_upload,
     routing_view,
+    slider_labels,
 )
 from frontend.layout import CANVAS, PEN, PENS, TabUI
 from frontend.pad import PNG_DATA_URL
@@ -268,7 +270,7 @@ def test_an_answer_shows_only_for_what_is_on_screen():
     late_drawing = screen.start()  # a drawing's answer still on its way...
     example = screen.start(UPLOAD)  # ...when an example is picked: the example is on screen
     assert screen.shows(example, UPLOAD) and not screen.shows(late_drawing, DRAWING)
-    assert screen.switch(UPLOAD) is None  # the Upload tab selected by the page's script: nothing new
+    assert screen.switch(UPLOAD) is None  # the Upload tab clicked with the example on screen: nothing new
     assert screen.shows(screen.switch(DRAWING), DRAWING)  # back to the Draw tab: the drawing answers
 
 
@@ -328,7 +330,8 @@ def test_the_follow_up_draws_the_maps_the_perturbed_capsule_and_fig4(client, uis
         digit = int(answer["objects"][0]["digit"]) if tab.view is PairView else 7
         gated(lambda ui=ui, answer=answer: {ui.status: "", ANSWER: answer}, DRAWING)(screen)  # an answer shows
         shown = follow_up(client, ui, screen, False, DEFAULT, *deltas)
-        assert list(shown) == [*ui.routing, panel.perturbed, panel.grid]
+        assert list(shown) == [*ui.routing, panel.perturbed, panel.grid, *panel.sliders]
+        assert shown[panel.sliders[0]].label == slider_labels(ui, digit)[panel.sliders[0]].label
         assert np.array_equal(np.asarray(shown[ui.routing.maps]), np.asarray(routing_view(tab, answer)))
         expected = perturb(client, answer["capsules"], digit, *deltas, model=tab.model)
         assert np.array_equal(np.asarray(shown[panel.perturbed]), np.asarray(expected))
@@ -387,6 +390,24 @@ def test_an_upload_is_answered_from_its_file_as_gradio_stored_it(client, uis, tm
     data_url = {"path": None, "url": "data:image/png;base64," + base64.b64encode(seven.read_bytes()).decode()}
     refused = answer_upload(client, ui, data_url)
     assert refused[ui.status] == NO_FILE and refused[ANSWER] is None
+
+
+def test_a_click_on_a_tab_answers_for_the_input_it_holds(client, uis, tmp_path):
+    """The Tabs' select, which a person's click sends: Upload answers the upload's file, Draw the drawing,
+    and a tab whose input is on screen already has nothing new to say."""
+    ui = uis["mnist"]
+    seven = tmp_path / "seven.png"
+    seven.write_bytes(EXAMPLES[7].read_bytes())
+    upload, drawing = {"path": str(seven), "url": None, "orig_name": "seven.png"}, brushed(STROKES[4])
+    run, screen = answer_tab(client, ui), Screen(DRAWING)
+
+    def click(label: str):
+        return run(screen, drawing, upload, gr.SelectData(ui.inputs.tabs, {"index": 0, "value": label}))
+
+    assert click("Upload")[ui.status].startswith("## Prediction: **7**")
+    assert click("Upload") == gr.skip()
+    assert click("Draw")[ui.status].startswith("## Prediction: **4**")
+    assert click("Draw") == gr.skip()
 
 
 # Digits as a mouse draws them: polylines (x, y) on the 400 px canvas, 250 px tall.

@@ -9,7 +9,7 @@ import pytest
 
 from frontend import layout, plots
 from frontend.client import ApiClient
-from frontend.handlers import choose_sweep, follow_up, label_sliders, slide, sweep_answer
+from frontend.handlers import choose_sweep, follow_up, regrid, slide, slider_labels, sweep_answer
 from frontend.screen import ANSWER, DRAWING, Screen, gated
 from frontend.sweeps import DEFAULT, SWEEPS, Sweep, explain, framed, holds, shown, step_at
 from frontend.tabs import EXAMPLES, PAIR_EXAMPLES, tabs_from
@@ -110,16 +110,22 @@ def test_sweep_charts_mark_the_slider_step():
     assert accent.any()  # the dimensions that move most are drawn in the accent colour
 
 
-def test_the_sliders_say_what_each_dimension_does(uis, tabs):
+def test_the_sliders_say_what_each_dimension_does(client, uis, tabs, seven):
     """The perturbation sliders of the chosen capsule take its card's words (GET /models' dimensions),
-    counted from 0 as the card counts them; another capsule, other words."""
+    counted from 0 as the card counts them; another capsule, other words. An answer's follow-up names them
+    for its capsule, and a capsule picked in the panel for that one."""
     ui, words = uis["mnist"], tabs["mnist"].dimensions
     assert words is not None and len(words["7"]) == CAPSULE_DIM
-    seven, three = label_sliders(ui, 7), label_sliders(ui, 3)
-    labels = [seven[slider].label for slider in ui.panel.sliders]
-    assert labels == [f"dim {d}: {words['7'][d]}" for d in range(CAPSULE_DIM)]
-    assert labels != [three[slider].label for slider in ui.panel.sliders]
-    assert label_sliders(ui, None) == gr.skip()
+    names = {d: [update.label for update in slider_labels(ui, d).values()] for d in (3, 7)}
+    assert list(slider_labels(ui, 7)) == ui.panel.sliders
+    assert names[7] == [f"dim {d}: {words['7'][d]}" for d in range(CAPSULE_DIM)] and names[7] != names[3]
+    assert slider_labels(ui, None) == {}  # the capsules cleared: the names stay
+    screen = Screen(DRAWING)
+    gated(lambda: {ui.status: "", ANSWER: seven}, DRAWING)(screen)
+    followed = follow_up(client, ui, screen, False, DEFAULT, *[0.0] * CAPSULE_DIM)
+    assert [followed[slider].label for slider in ui.panel.sliders] == names[7]
+    picked = regrid(client, ui, seven["capsules"], 3)
+    assert [picked[slider].label for slider in ui.panel.sliders] == names[3] and ui.panel.grid in picked
 
 
 def gradio_takes(answer, outputs: int) -> None:
@@ -134,7 +140,6 @@ def test_nothing_to_say_is_an_answer_gradio_takes(client, uis):
     """No capsule chosen, no sweep yet, the panel closed: each handler says nothing in a form that Gradio
     takes for every one of its outputs."""
     ui = uis["mnist"]
-    gradio_takes(label_sliders(ui, None), len(ui.panel.sliders))
     gradio_takes(slide(ui, None, 0.0), len(ui.transform.outputs))
     gradio_takes(choose_sweep(client, ui, Screen(), False, "rotate", 7), len(ui.transform.outputs))
     with pytest.raises(ValueError, match="enough output values"):
