@@ -837,11 +837,11 @@ def event_log(page) -> list[str]:
     return sent
 
 
-def events_sent(page, sent: list[str]) -> list[str]:
-    """The events in `sent` once the follow-up is among them (10 s at most) and no more came for half a
-    second; `sent` is emptied for the next action."""
+def events_sent(page, sent: list[str], expected: int = EVENTS_PER_ANSWER) -> list[str]:
+    """The events in `sent` once there are `expected` (the answer's follow-up among them; 10 s at most) and
+    no more came for half a second; `sent` is emptied for the next action."""
     for _ in range(200):
-        if len(sent) >= EVENTS_PER_ANSWER:
+        if len(sent) >= expected:
             break
         page.wait_for_timeout(50)
     count = -1
@@ -884,10 +884,10 @@ def test_a_stroke_is_answered_at_once(page, made_demo_url):
     page.get_by_role("tab", name="Digit", exact=True).click()
     page.locator("#inputs").get_by_role("tab", name="Draw").click()
     sent, times, events = event_log(page), [], []
-    for _ in range(10):
-        clear_pad(page)
-        page.wait_for_timeout(1000)  # the prompt, and the follow-up of the last answer
-        sent.clear()
+    for k in range(10):
+        if k:
+            clear_pad(page)
+        events_sent(page, sent, EVENTS_PER_ANSWER if k else 0)  # the prompt, and its follow-up
         page.evaluate(ANSWER_TIMER, "7")
         page.evaluate(ON_THE_PENS_LIFT)
         draw(page, "sketch", [DIGIT_STROKES["7"][0]])
