@@ -831,7 +831,7 @@ def event_log(page) -> list[str]:
 
     def log(request) -> None:
         if "/queue/join" in request.url:
-            sent.append((request.post_data or "")[:120])  # its function's index, after a drawing's start
+            sent.append((request.post_data or "")[:120])  # its start: a drawing's data URL or the fn_index
 
     page.on("request", log)
     return sent
@@ -871,7 +871,7 @@ def test_an_example_is_answered_at_once(page, made_demo_url):
         times.append(page.evaluate("() => window.__answer_ms"))
         expect(page.locator("#upload img")).to_be_visible()  # the example, in view
         events[f"example {k}" + (" from the Draw tab" if i % 2 else "")] = events_sent(page, sent)
-    more = {action: sent for action, sent in events.items() if len(sent) != EVENTS_PER_ANSWER}
+    more = {action: got for action, got in events.items() if len(got) != EVENTS_PER_ANSWER}
     assert not more, f"events other than the answer and its follow-up: {more}"
     timed(times)
 
@@ -893,6 +893,6 @@ def test_a_stroke_is_answered_at_once(page, made_demo_url):
         draw(page, "sketch", [DIGIT_STROKES["7"][0]])
         times.append(page.evaluate("() => window.__answer_ms"))
         events.append(events_sent(page, sent))
-    more = [sent for sent in events if len(sent) != EVENTS_PER_ANSWER]
+    more = [got for got in events if len(got) != EVENTS_PER_ANSWER]
     assert not more, f"events other than the answer and its follow-up: {more}"
     timed(times)
