@@ -74,8 +74,8 @@ def gated(
     """An event function: `handler`'s updates (keyed by component), or none at all (gr.skip()) when the
     Screen (its first input) says they are not for what is on screen. `switch`: the event puts `source`
     on screen; `tab_select`: it does only if `source` is not on screen yet (a tab selected while its input
-    is on screen has nothing new to say). The handler's answer (under ANSWER)
-    goes to the Screen, for the follow-up, not to the page."""
+    is on screen has nothing new to say). The handler's answer (under ANSWER) goes to the Screen, for the
+    follow-up, not to the page."""
 
     def run(screen: Screen, *inputs: Any) -> dict:
         ticket = screen.switch(source) if tab_select else screen.start(source if switch else None)
