@@ -15,6 +15,7 @@ People send photos, scans and canvases, not MNIST, so before that (each step is 
 """
 
 import math
+from functools import cache
 
 import cv2
 import numpy as np
@@ -37,7 +38,6 @@ from app.imaging.ink import (
 from app.imaging.prepared import Prepared
 from model import contract
 
-SQUARE3 = np.ones((3, 3), np.uint8)
 NORM_BOX = 4 * contract.INK_BOX  # 80: the digit's longer side (px) while its stroke is measured and set
 MARGIN = 0.15  # room around the digit's box (fraction of its longer side) for the stroke to grow
 # The widest disk a stroke is thinned with (px at NORM_BOX): a digit's stroke wider than 2 * 20 * (1 - 0.125)
@@ -66,18 +66,23 @@ def stroke_width(ink: np.ndarray) -> float:
     # largest single cost of preparing a digit)
     top, bottom, left, right = ink_box(mask)
     mask = np.ascontiguousarray(mask[max(top - 1, 0) : bottom + 1, max(left - 1, 0) : right + 1])
-    distance = cv2.distanceTransform(mask.view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    # each distance is the root of a whole number of px²; OpenCV's float32 ones are off by up to 1e-6,
-    # which would break the ties of the local-maximum test below: snapped to the float32 roots (equal
-    # whole numbers, equal roots), and the maxima to their float64 roots, scipy's
-    distance = np.sqrt(np.rint(distance * distance))
-    radii = distance[(distance > 0) & (distance >= cv2.dilate(distance, SQUARE3))]  # 3x3 local maxima
-    radii = np.sqrt(np.rint(np.square(radii, dtype=np.float64)))  # never empty: the farthest ink is a maximum
-    k = radii.size // 2  # twice the median, by one partial sort (np.median's bookkeeping costs more)
-    if radii.size % 2:
-        return 2.0 * float(np.partition(radii, k)[k])
-    middle = np.partition(radii, (k - 1, k))
-    return float(middle[k - 1] + middle[k])
+    # each distance is the root of a whole number of px², which OpenCV's float32 distances square to within
+    # 1e-5: rounded back to it, equal distances are equal (the local-maximum test below breaks no tie by
+    # rounding), and the radii are the float64 roots of those whole numbers, scipy's
+    d2 = cv2.distanceTransform(mask.view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    d2 = np.rint(np.square(d2, out=d2), out=d2)
+    ridge = d2[mask & (d2 >= cv2.dilate(d2, square(3)))]  # the ink's 3x3 local maxima, never none: the farthest ink
+    k = ridge.size // 2  # twice the median radius, by a partial sort of the squares (np.median costs more)
+    if ridge.size % 2:
+        return 2.0 * math.sqrt(np.partition(ridge, k)[k])
+    middle = np.partition(ridge, (k - 1, k))
+    return math.sqrt(middle[k - 1]) + math.sqrt(middle[k])
+
+
+@cache
+def square(side: int) -> np.ndarray:
+    """A side x side square as a structuring element (uint8, OpenCV's)."""
+    return np.ones((side, side), np.uint8)
 
 
 def disk(radius: float) -> np.ndarray:
@@ -88,11 +93,12 @@ def disk(radius: float) -> np.ndarray:
 
 
 def at_norm_box(ink: np.ndarray, side: float) -> np.ndarray:
-    """A digit's ink whose longer side is `side` px rescaled so that it is NORM_BOX px (bicubic)."""
+    """A digit's ink whose longer side is `side` px rescaled so that it is NORM_BOX px (bicubic), its
+    overshoot beyond [0, 1] kept: stroke_width's threshold does not see it, and normalise_stroke clips it
+    off what it erodes or dilates."""
     scale = NORM_BOX / side
     size = (max(1, round(ink.shape[1] * scale)), max(1, round(ink.shape[0] * scale)))
-    x = resample.resize(ink, size, "bicubic")
-    return np.minimum(np.maximum(x, 0.0, out=x), 1.0, out=x)  # np.clip's bounds, without its wrapper's cost
+    return resample.resize(ink, size, "bicubic")
 
 
 def measured_stroke(ink: np.ndarray, side: float) -> tuple[np.ndarray, float]:
@@ -133,10 +139,10 @@ def normalise_stroke(
     if width > high:
         if is_blob(width, share):
             return ink
-        thinner = eroded(x, radius)
+        thinner = eroded(np.clip(x, 0.0, 1.0), radius)
         return thinner if thinner.any() else ink  # a solid shape no stroke is as wide as: left as it is
     if 0 < width < low:
-        return dilated(x, radius)
+        return dilated(np.clip(x, 0.0, 1.0), radius)
     return ink
 
 
@@ -181,12 +187,12 @@ def dilated(x: np.ndarray, radius: float) -> np.ndarray:
 
 
 def digit_ink(
-    picture: Image.Image, paper: Paper, digit: Digit, factor: int, copy: np.ndarray
+    picture: Image.Image, paper: Paper, digit: Digit, factor: int, found: np.ndarray
 ) -> tuple[np.ndarray, float, float]:
     """The digit's ink cropped from the full picture, in [0, 1] (1 = its strongest strokes), only where
     the kept parts are (specks and other shapes are gone), the digit's longer side in its px, and the
     ink's contrast (Digit.contrast, measured again at the crop's scale when it is low: crop_contrast).
-    `copy`: what locate found the digit on (at factor 1, the picture's pixels).
+    `found`: the ink map locate found the digit in (ink.locate; at factor 1, of the picture's own pixels).
 
     A digit larger than NORM_BOX is box-reduced to NORM_BOX; a smaller one keeps its pixels, so that
     an MNIST-like image comes back as it was.
@@ -198,24 +204,25 @@ def digit_ink(
     scale = min(1.0, NORM_BOX / side)
     size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
     if scale == 1 and factor == 1:  # found at full size, kept at it: a crop of each
-        x = copy[box[1] : box[3], box[0] : box[2]]
+        r = found[box[1] : box[3], box[0] : box[2]]
         gate = digit.mask[box[1] : box[3], box[0] : box[2]]
     else:
-        x = np.asarray(picture.resize(size, Image.Resampling.BOX, box=box), np.float32) / 255
+        x = np.divide(np.asarray(picture.resize(size, Image.Resampling.BOX, box=box)), 255, dtype=np.float32)
+        r = ink_map(x, paper, box, picture.size)
         reduced_box = (box[0] / factor, box[1] / factor, box[2] / factor, box[3] / factor)  # on the reduced copy
         gate = np.asarray(Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=reduced_box))
     reach = 2 * math.ceil(scale * factor) + 1
-    gate = cv2.dilate(gate.view(np.uint8), np.ones((reach, reach), np.uint8)).view(bool)
-    r = ink_map(x, paper, box, picture.size)
+    gate = cv2.dilate(gate.view(np.uint8), square(reach)).view(bool)
     paper_side = ~gate
     sigma = paper_sigma(r[paper_side]) if np.count_nonzero(paper_side) >= 64 else paper.sigma  # the noise here
     a = np.maximum(r, 0.0)
-    strongest = float(a.max(where=gate, initial=0.0))
+    strongest = cv2.minMaxLoc(a, gate.view(np.uint8))[1]  # within the gate
     if strongest == 0.0:
         raise ImageError(NO_INK)
     contrast = crop_contrast(a, gate, digit.contrast)
-    a = np.where(gate & (a >= min(noise_floor(a, sigma), strongest)), a, 0.0)  # the strongest ink stays
-    return (a / strongest).astype(np.float32), side * scale, contrast
+    floor = min(noise_floor(float(a.max()), sigma), strongest)  # the strongest ink stays
+    a = np.where(gate & (a >= floor), a, np.float32(0))
+    return np.divide(a, strongest, out=a), side * scale, contrast
 
 
 def crop_contrast(a: np.ndarray, gate: np.ndarray, located: float) -> float:
@@ -225,7 +232,7 @@ def crop_contrast(a: np.ndarray, gate: np.ndarray, located: float) -> float:
     which averages its black strokes with the paper around them into grey."""
     if located >= LOW_CONTRAST:
         return located
-    return max(located, float(cv2.blur(a, (3, 3)).max(where=gate, initial=0.0)))
+    return max(located, cv2.minMaxLoc(cv2.blur(a, (3, 3)), gate.view(np.uint8))[1])
 
 
 def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int = contract.IMAGE_SIZE) -> np.ndarray:
@@ -237,9 +244,11 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     height, width = (max(1, round(side * scale)) for side in x.shape)
     small = np.maximum(resample.resize(x, (width, height), "lanczos"), 0.0)
     small = small / small.max()  # LeCun's digits reach full intensity (and no more: 0 <= small <= its max)
-    mass = small.sum()
-    top = int(np.floor(size // 2 - (np.arange(height)[:, None] * small).sum() / mass + 0.5))
-    left = int(np.floor(size // 2 - (np.arange(width) * small).sum() / mass + 0.5))
+    # its mass (m00) and first moments (m10: along x, m01: along y) in one pass; the shift is rounded at a
+    # millionth of a pixel first, so that a symmetric digit's exact half is not tipped by the sums' rounding
+    moments = cv2.moments(small)
+    top = math.floor(round(size // 2 - moments["m01"] / moments["m00"] + 0.5, 6))
+    left = math.floor(round(size // 2 - moments["m10"] / moments["m00"] + 0.5, 6))
     top, left = min(max(top, 0), size - height), min(max(left, 0), size - width)
     out = np.zeros((size, size), np.float32)
     out[top : top + height, left : left + width] = small
@@ -251,8 +260,8 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     box of `boxes` and centred (candidates when there are several, the first as the image); boxes None:
     a picture already at the model's scale, its ink only found and centred."""
     picture, light_ink = source(image)
-    paper, digit, factor, copy = locate(picture, light_ink)
-    ink, side, contrast = digit_ink(picture, paper, digit, factor, copy)
+    paper, digit, factor, found = locate(picture, light_ink)
+    ink, side, contrast = digit_ink(picture, paper, digit, factor, found)
     notes = warnings_of(digit._replace(contrast=contrast), what)
     if boxes is None:
         return Prepared(fit_and_centre(ink, None, size), notes)
@@ -260,10 +269,8 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     measured = measured_stroke(ink, side)
     if is_blob(measured[1], contract.INK_BOX / boxes[0]):  # of the input answered, the first box's
         notes.append(BLOB)
-    fitted = np.stack(
-        [fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box, measured), box, size) for box in boxes]
-    )
-    return Prepared(fitted[0], notes, fitted if len(boxes) > 1 else None)
+    fitted = [fit_and_centre(normalise_stroke(ink, side, contract.INK_BOX / box, measured), box, size) for box in boxes]
+    return Prepared(fitted[0], notes, np.stack(fitted) if len(boxes) > 1 else None)
 
 
 def prepare(image: Image.Image, size: int, box: int) -> Prepared:

@@ -259,9 +259,9 @@ def ink_map(x: np.ndarray, paper: Paper, box: tuple[float, float, float, float],
     return r if paper.polarity > 0 else -r
 
 
-def noise_floor(a: np.ndarray, sigma: float) -> float:
-    """The ink level below which it is noise: NOISE_FLOOR sigma, and at least INK_FLOOR of the peak."""
-    return max(NOISE_FLOOR * sigma, INK_FLOOR * float(a.max()))
+def noise_floor(peak: float, sigma: float) -> float:
+    """The ink level below which it is noise: NOISE_FLOOR sigma, and at least INK_FLOOR of the strongest ink."""
+    return max(NOISE_FLOOR * sigma, INK_FLOOR * peak)
 
 
 def gap(a: tuple, b: tuple) -> int:
@@ -282,10 +282,11 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     n = count - 1  # label 0 is the background
     if n == 0:
         raise ImageError(NO_INK)
+    peak = float(a.max())
     if n == 1:  # the one part holds the strongest ink, so it has a core: it is the digit, and nothing is left out
         left, top, width, height = stats[1, :4].tolist()
-        return Digit(inked, (top, left, top + height, left + width), float(a.max()), 0)
-    core = min(otsu(a[labels > 0]), float(a.max()))  # the strongest part always has a core
+        return Digit(inked, (top, left, top + height, left + width), peak, 0)
+    core = min(otsu(a[labels > 0]), peak)  # the strongest part always has a core
     strong = np.zeros(n + 1, bool)
     strong[labels[a >= core]] = True
     masses = np.where(strong, np.bincount(labels.ravel(), a.ravel(), n + 1), 0.0)[1:]
@@ -315,17 +316,18 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     keep = np.zeros(n + 1, bool)
     keep[[i + 1 for i in kept]] = True
     mask = keep[labels]
-    return Digit(mask, box, float(a.max()), others)
+    return Digit(mask, box, peak, others)
 
 
 def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int, np.ndarray]:
-    """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE, and that copy
-    (floats in [0, 1]; at factor 1 the picture's own pixels)."""
+    """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE, and the ink map
+    of that copy (fit_paper's; at factor 1, of the picture's own pixels)."""
     factor = math.ceil(max(picture.size) / LOCATE_SIZE)
-    x = np.asarray(picture.reduce(factor) if factor > 1 else picture, np.float32) / 255
+    x = np.divide(np.asarray(picture.reduce(factor) if factor > 1 else picture), 255, dtype=np.float32)
     paper, ink = fit_paper(x, light_ink)
     a = np.maximum(ink, 0.0)
-    if a.max() < MIN_CONTRAST:
+    peak = float(a.max())
+    if peak < MIN_CONTRAST:
         blank = f"nothing differs from the paper by {MIN_CONTRAST:.0%} of the full range"
         if factor == 1:
             raise ImageError(f"no ink was found: the image is blank ({blank}); draw a digit")
@@ -333,7 +335,7 @@ def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int, np
             f"no ink was found: the image is blank ({blank}) when reduced to {LOCATE_SIZE} px a side; "
             "draw a digit, or crop the picture closer to a small one"
         )
-    return paper, digit_parts(a, noise_floor(a, paper.sigma)), factor, x
+    return paper, digit_parts(a, noise_floor(peak, paper.sigma)), factor, ink
 
 
 def warnings_of(digit: Digit, what: str = "one digit") -> list[str]:

@@ -50,6 +50,11 @@ def weights(size_in: int, size_out: int, name: str) -> np.ndarray:
 
 
 def resize(x: np.ndarray, size: tuple[int, int], name: str) -> np.ndarray:
-    """x (H, W) float32 -> (height, width) = size[::-1] (Pillow's (width, height) order) by `name`'s filter."""
+    """x (H, W) float32 -> (height, width) = size[::-1] (Pillow's (width, height) order) by `name`'s filter;
+    an axis of the same size is not multiplied (its weights are the identity), and x of `size` is x itself."""
     width, height = size
-    return weights(x.shape[0], height, name) @ x @ weights(x.shape[1], width, name).T
+    if height != x.shape[0]:
+        x = weights(x.shape[0], height, name) @ x
+    if width != x.shape[1]:
+        x = x @ weights(x.shape[1], width, name).T
+    return x
