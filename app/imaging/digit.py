@@ -67,8 +67,8 @@ def stroke_width(ink: np.ndarray) -> float:
     top, bottom, left, right = ink_box(mask)
     mask = np.ascontiguousarray(mask[max(top - 1, 0) : bottom + 1, max(left - 1, 0) : right + 1])
     # each distance is the root of a whole number of px², which OpenCV's float32 distances square to within
-    # 1e-5: rounded back to it, equal distances are equal (the local-maximum test below breaks no tie by
-    # rounding), and the radii are the float64 roots of those whole numbers, scipy's
+    # 2e-4 px² at 37 px: rounded back to it, equal distances are equal (the local-maximum test below breaks
+    # no tie by rounding), and the radii are the float64 roots of those whole numbers, scipy's
     d2 = cv2.distanceTransform(mask.view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
     d2 = np.rint(np.square(d2, out=d2), out=d2)
     ridge = d2[mask & (d2 >= cv2.dilate(d2, square(3)))]  # the ink's 3x3 local maxima, never none: the farthest ink
