@@ -110,13 +110,13 @@ def prepare_steps_ms(body: bytes, max_pixels: int) -> dict[str, float]:
 
     image = decode(body, max_pixels)
     picture, light_ink = ink.source(image)
-    paper, digit_found, factor, found = ink.locate(picture, light_ink)
-    crop, side, _ = digit.digit_ink(picture, paper, digit_found, factor, found)
+    paper, found, factor, inked = ink.locate(picture, light_ink)
+    crop, side, _ = digit.digit_ink(picture, paper, found, factor, inked)
     measured = digit.measured_stroke(crop, side)
     return {
         "decode": median_ms(lambda: decode(body, max_pixels)),
         "locate the paper and the digit": median_ms(lambda: ink.locate(picture, light_ink)),
-        "crop the digit's ink": median_ms(lambda: digit.digit_ink(picture, paper, digit_found, factor, found)),
+        "crop the digit's ink": median_ms(lambda: digit.digit_ink(picture, paper, found, factor, inked)),
         "measure its stroke": median_ms(lambda: digit.measured_stroke(crop, side)),
         "set its stroke, fit and centre": median_ms(
             lambda: digit.fit_and_centre(digit.normalise_stroke(crop, side, 1.0, measured))
