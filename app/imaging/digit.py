@@ -221,7 +221,7 @@ def digit_ink(
         raise ImageError(NO_INK)
     contrast = crop_contrast(a, gate, digit.contrast)
     floor = min(noise_floor(float(a.max()), sigma), strongest)  # the strongest ink stays
-    a = np.where(gate & (a >= floor), a, np.float32(0))
+    a = np.where(gate & (a >= floor), a, 0.0)
     return np.divide(a, strongest, out=a), side * scale, contrast
 
 
