@@ -52,7 +52,8 @@ CAPSULE_PARTS = frozenset({"capsules", INPUT})
 async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: int) -> imaging.Prepared:
     """Bytes -> the model's (size, size) input and its warnings (the card's preprocessing; `none`: the
     image as it is; `auto` and its alias `mnist`: the card's). A small picture (at most INLINE_BYTES, and
-    INLINE_SIDE px a side by its header) is prepared on the event loop, any other in the thread pool."""
+    INLINE_SIDE px a side by its header) is prepared on the event loop, any other in the thread pool; a small
+    plain grey PNG is decoded without Pillow (imaging.plain_grey_png)."""
     how = engine.spec.preprocessing
     kind = "none" if preprocess == "none" else how.kind
 
@@ -61,6 +62,8 @@ async def load_input(data: bytes, preprocess: str, engine: Engine, max_pixels: i
 
     if len(data) > INLINE_BYTES:
         return await run_in_threadpool(lambda: prepared(imaging.open_image(data, max_pixels)))
+    if (pixels := imaging.plain_grey_png(data, INLINE_SIDE, max_pixels)) is not None:
+        return imaging.preprocess(pixels, kind, engine.size, how.ink_box)
     image = imaging.open_image(data, max_pixels)  # its header only
     return prepared(image) if max(image.size) <= INLINE_SIDE else await run_in_threadpool(prepared, image)
 

@@ -9,7 +9,8 @@ Stages, each the median of many runs on serve_bench's request (a 28x28 PNG test 
   multipart        reading the image from the multipart body (app/image_request.py; serve_bench's no-op)
   multipart, Starlette's parser  the same read by Starlette's form parser (python-multipart), as a usual
                    FastAPI route reads an upload (the template's)
-  decode+prepare   imaging.decode and imaging.preprocess (crop, fit, centre)
+  decode+prepare   decoding the PNG as the server does (decoded(): a plain grey one by OpenCV) and
+                   imaging.preprocess (crop, fit, centre)
   decode+prepare after a run  the same, each time right after a run of the model at batch 1 (a lone
                    request's session), as one client's requests follow each other: the run leaves the
                    cores' caches holding its own data
@@ -104,17 +105,27 @@ def after_ms(first, fn, repeats: int = REPEATS) -> float:
     return round(1000 * float(np.median(times[1:])), 3)
 
 
+def decoded(body: bytes, max_pixels: int):
+    """The picture of a small file as the server decodes it (app/answer.py's load_input): a small plain grey PNG's
+    pixels by OpenCV, any other file by Pillow."""
+    from app import imaging
+    from app.answer import INLINE_SIDE
+
+    pixels = imaging.plain_grey_png(body, INLINE_SIDE, max_pixels)
+    return pixels if pixels is not None else imaging.decode(body, max_pixels)
+
+
 def prepare_steps_ms(body: bytes, max_pixels: int) -> dict[str, float]:
     """decode+prepare of a digit PNG step by step, each step's median on the previous steps' outputs."""
-    from app.imaging import decode, digit, ink
+    from app.imaging import digit, ink
 
-    image = decode(body, max_pixels)
+    image = decoded(body, max_pixels)
     picture, light_ink = ink.source(image)
     paper, found, factor, inked = ink.locate(picture, light_ink)
     crop, side, _ = digit.digit_ink(picture, paper, found, factor, inked)
     measured = digit.measured_stroke(crop, side)
     return {
-        "decode": median_ms(lambda: decode(body, max_pixels)),
+        "decode": median_ms(lambda: decoded(body, max_pixels)),
         "locate the paper and the digit": median_ms(lambda: ink.locate(picture, light_ink)),
         "crop the digit's ink": median_ms(lambda: digit.digit_ink(picture, paper, found, factor, inked)),
         "measure its stroke": median_ms(lambda: digit.measured_stroke(crop, side)),
@@ -218,7 +229,7 @@ def profile() -> dict:
     body = digit_png()
 
     def prepare():
-        return imaging.preprocess(imaging.decode(body, settings.max_pixels), "digit")
+        return imaging.preprocess(decoded(body, settings.max_pixels), "digit")
 
     prepared = prepare()
     x = prepared.image[None, None].astype(np.float32)

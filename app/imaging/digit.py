@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from app.imaging import resample
-from app.imaging.decode import ImageError
+from app.imaging.decode import ImageError, Picture, pillow, size_of
 from app.imaging.ink import (
     LOW_CONTRAST,
     NO_INK,
@@ -187,7 +187,7 @@ def dilated(x: np.ndarray, radius: float) -> np.ndarray:
 
 
 def digit_ink(
-    picture: Image.Image, paper: Paper, digit: Digit, factor: int, found: np.ndarray
+    picture: Picture, paper: Paper, digit: Digit, factor: int, found: np.ndarray
 ) -> tuple[np.ndarray, float, float]:
     """The digit's ink cropped from the full picture, in [0, 1] (1 = its strongest strokes), only where
     the kept parts are (specks and other shapes are gone), the digit's longer side in its px, and the
@@ -200,15 +200,16 @@ def digit_ink(
     top, left, bottom, right = (side * factor for side in digit.box)
     side = max(bottom - top, right - left)
     pad = math.ceil(MARGIN * side) + factor
-    box = (max(0, left - pad), max(0, top - pad), min(picture.width, right + pad), min(picture.height, bottom + pad))
+    width, height = size_of(picture)
+    box = (max(0, left - pad), max(0, top - pad), min(width, right + pad), min(height, bottom + pad))
     scale = min(1.0, NORM_BOX / side)
     size = (max(1, round((box[2] - box[0]) * scale)), max(1, round((box[3] - box[1]) * scale)))
     if scale == 1 and factor == 1:  # found at full size, kept at it: a crop of each
         r = found[box[1] : box[3], box[0] : box[2]]
         gate = digit.mask[box[1] : box[3], box[0] : box[2]]
     else:
-        x = np.divide(np.asarray(picture.resize(size, Image.Resampling.BOX, box=box)), 255, dtype=np.float32)
-        r = ink_map(x, paper, box, picture.size)
+        x = np.divide(np.asarray(pillow(picture).resize(size, Image.Resampling.BOX, box=box)), 255, dtype=np.float32)
+        r = ink_map(x, paper, box, (width, height))
         reduced_box = (box[0] / factor, box[1] / factor, box[2] / factor, box[3] / factor)  # on the reduced copy
         gate = np.asarray(Image.fromarray(digit.mask).resize(size, Image.Resampling.NEAREST, box=reduced_box))
     reach = 2 * math.ceil(scale * factor) + 1
@@ -255,7 +256,7 @@ def fit_and_centre(x: np.ndarray, box: int | None = contract.INK_BOX, size: int 
     return out
 
 
-def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: str) -> Prepared:
+def digits(image: Picture, boxes: tuple[int, ...] | None, size: int, what: str) -> Prepared:
     """One digit (or an overlapping pair, `what`) found, cropped, its stroke set, fitted into each ink
     box of `boxes` and centred (candidates when there are several, the first as the image); boxes None:
     a picture already at the model's scale, its ink only found and centred."""
@@ -273,6 +274,6 @@ def digits(image: Image.Image, boxes: tuple[int, ...] | None, size: int, what: s
     return Prepared(fitted[0], notes, np.stack(fitted) if len(boxes) > 1 else None)
 
 
-def prepare(image: Image.Image, size: int, box: int) -> Prepared:
+def prepare(image: Picture, size: int, box: int) -> Prepared:
     """One digit found, its stroke set, fitted into a box x box ink box and centred in size x size."""
     return digits(image, (box,), size, "one digit")

@@ -5,10 +5,9 @@ trim the plain background, resize the longest edge to the frame, centre, negate,
 
 import cv2
 import numpy as np
-from PIL import Image
 
 from app.imaging import resample
-from app.imaging.decode import ImageError, channels
+from app.imaging.decode import ImageError, Picture, channels
 from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, MIN_PART, NOISE_FLOOR, median, robust_sigma
 from app.imaging.prepared import Prepared
 
@@ -18,13 +17,13 @@ MIN_SHARE = 0.25  # the heaviest part holds at least this share of what stands o
 MIN_SIDE = 0.05  # an object whose longer side is under this fraction of the picture's is a speck
 
 
-def on_white(image: Image.Image) -> np.ndarray:
+def on_white(image: Picture) -> np.ndarray:
     """Grey (H, W) in [0, 1] with transparent pixels on white, as a product cut-out is shown."""
     grey, alpha = channels(image)
     return grey if alpha is None else grey * alpha + (1.0 - alpha)
 
 
-def prepare(image: Image.Image, size: int, box: int) -> Prepared:
+def prepare(image: Picture, size: int, box: int) -> Prepared:
     """One object on a plain background, as Fashion-MNIST made its images from product photos: the
     background (the median of the picture's frame) is trimmed, the object's longest edge resized to
     `box` (anti-aliased), the other edge extended to `size` around it, and the intensities negated so

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from app.imaging.decode import ImageError, alpha_channel
+from app.imaging.decode import ImageError, Picture, alpha_channel, pillow, size_of
 
 LOCATE_SIZE = 128  # the paper, the ink and the digit's parts are found on a copy at most this side
 INK_FLOOR = 0.15  # ink below this fraction of the strongest ink is background noise (JPEG ringing)
@@ -54,10 +54,12 @@ class Digit(NamedTuple):
     other_shapes: int  # far parts heavy enough to be a second shape (left out)
 
 
-def source(image: Image.Image) -> tuple[Image.Image, bool]:
+def source(image: Picture) -> tuple[Picture, bool]:
     """An 8-bit grey picture to find the ink in, and whether its ink is known to be light on black
     (the alpha channel of a transparent image). Its full size is kept: only the digit's box of it is
     ever read at more than LOCATE_SIZE."""
+    if isinstance(image, np.ndarray):  # grey pixels: dark ink or light, as any grey picture's
+        return image, False
     alpha = alpha_channel(image)
     if alpha is not None and alpha.getextrema()[0] < 255:  # type: ignore[operator]  # one band: (min, max)
         picture, light_ink = alpha, True
@@ -319,11 +321,11 @@ def digit_parts(a: np.ndarray, floor: float) -> Digit:
     return Digit(mask, box, peak, others)
 
 
-def locate(picture: Image.Image, light_ink: bool) -> tuple[Paper, Digit, int, np.ndarray]:
+def locate(picture: Picture, light_ink: bool) -> tuple[Paper, Digit, int, np.ndarray]:
     """Paper, digit and the reduction factor, found on a copy box-reduced to LOCATE_SIZE, and the ink map
     of that copy (fit_paper's; at factor 1, of the picture's own pixels)."""
-    factor = math.ceil(max(picture.size) / LOCATE_SIZE)
-    x = np.divide(np.asarray(picture.reduce(factor) if factor > 1 else picture), 255, dtype=np.float32)
+    factor = math.ceil(max(size_of(picture)) / LOCATE_SIZE)
+    x = np.divide(np.asarray(pillow(picture).reduce(factor) if factor > 1 else picture), 255, dtype=np.float32)
     paper, ink = fit_paper(x, light_ink)
     a = np.maximum(ink, 0.0)
     peak = float(a.max())

@@ -7,29 +7,28 @@ ask for none instead (preprocess=none): the picture is already the model's input
 from collections.abc import Callable
 
 import numpy as np
-from PIL import Image
 
 from app.imaging import digit, garment, pair
-from app.imaging.decode import ImageError, channels
+from app.imaging.decode import ImageError, Picture, channels, size_of
 from app.imaging.ink import LOW_CONTRAST, MIN_CONTRAST, frame, median
 from app.imaging.prepared import Prepared
 from model import contract
 
 # name -> prepare(image, size: the model's input side, box: the ink box's longer side in it)
-PREPROCESSINGS: dict[str, Callable[[Image.Image, int, int], Prepared]] = {
+PREPROCESSINGS: dict[str, Callable[[Picture, int, int], Prepared]] = {
     "digit": digit.prepare,
     "digit-pair": pair.prepare,
     "garment": garment.prepare,
 }
 
 
-def as_is(image: Image.Image, size: int) -> Prepared:
+def as_is(image: Picture, size: int) -> Prepared:
     """The picture itself as the input: it must already be size x size, white on black (transparent
     pixels count as black); one that cannot be such an input is answered with warnings (as_is_warnings)."""
-    if image.size != (size, size):
+    width, height = size_of(image)
+    if (width, height) != (size, size):
         raise ImageError(
-            f"preprocess=none needs a {size}x{size} image; this one is "
-            f"{image.width}x{image.height} (use preprocess=auto)"
+            f"preprocess=none needs a {size}x{size} image; this one is {width}x{height} (use preprocess=auto)"
         )
     grey, alpha = channels(image)
     x = (grey if alpha is None else grey * alpha).astype(np.float32)
@@ -62,9 +61,10 @@ def as_is_warnings(x: np.ndarray) -> list[str]:
 
 
 def preprocess(
-    image: Image.Image, kind: str = "digit", size: int = contract.IMAGE_SIZE, box: int = contract.INK_BOX
+    image: Picture, kind: str = "digit", size: int = contract.IMAGE_SIZE, box: int = contract.INK_BOX
 ) -> Prepared:
-    """A decoded image -> the (size, size) float32 model input and warnings about it.
+    """A decoded picture (a Pillow image, or grey pixels) -> the (size, size) float32 model input and warnings
+    about it.
 
     Args:
         kind: a model's preprocessing (contract.PREPROCESSING: digit, digit-pair, garment), or "none":

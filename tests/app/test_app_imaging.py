@@ -2,6 +2,7 @@
 
 import base64
 import io
+import re
 import warnings
 import zlib
 
@@ -247,6 +248,90 @@ def test_a_corrupt_exif_block_is_read_without_a_warning_in_the_servers_log(seven
                 quiet_pillow()
             assert imaging.decode(buffer.getvalue(), MAX_PIXELS).size == (28, 28)
         assert [str(w.message).split(".")[0] for w in seen] == ([] if quiet else ["Corrupt EXIF data"])
+
+
+def png_chunk(kind: bytes, payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + kind + payload + zlib.crc32(kind + payload).to_bytes(4, "big")
+
+
+def grey_png(rows: bytes, width: int, height: int, *extra: bytes, layout: bytes = bytes([8, 0, 0, 0, 0])) -> bytes:
+    """A PNG written by hand: the signature, IHDR, `extra` chunks, one IDAT of `rows` deflated, IEND."""
+    ihdr = png_chunk(b"IHDR", width.to_bytes(4, "big") + height.to_bytes(4, "big") + layout)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + ihdr
+        + b"".join(extra)
+        + png_chunk(b"IDAT", zlib.compress(rows))
+        + png_chunk(b"IEND", b"")
+    )
+
+
+def test_a_plain_grey_png_is_read_without_pillow_as_pillow_reads_it(mnist_fixture, seven):
+    """MNIST digits saved by Pillow and by OpenCV, a noise picture with every PNG filter type, and digits on
+    pictures Pillow reduces and resizes (a 280 px canvas, a 1,100 px page): the pixels are Pillow's, and so is
+    every preprocessing's input, warnings and candidates."""
+    digits = mnist_fixture[0][:25]
+    noise = np.random.default_rng(0).integers(0, 256, (64, 61), dtype=np.uint8)
+    files = [encode(x) for x in digits] + [cv2.imencode(".png", x)[1].tobytes() for x in digits[:5]]
+    files.append(grey_png(b"".join(bytes([i % 5]) + row.tobytes() for i, row in enumerate(noise)), 61, 64))
+    files += [encode(drawn_in_corner(seven)), on_white(drawn_in_corner(seven, 1100, 300, (200, 300)))]
+    for data in files:
+        pixels = imaging.plain_grey_png(data, 1100, MAX_PIXELS)
+        image = imaging.decode(data, MAX_PIXELS)
+        assert pixels is not None and np.array_equal(pixels, np.asarray(image))
+        for kind in (*PREPROCESSINGS, "none"):
+            try:
+                expected = imaging.preprocess(image, kind)
+            except ImageError as refused:
+                with pytest.raises(ImageError, match=re.escape(refused.detail)):
+                    imaging.preprocess(pixels, kind)
+                continue
+            got = imaging.preprocess(pixels, kind)
+            assert np.array_equal(got.image, expected.image) and got.warnings == expected.warnings
+            assert (got.candidates is None and expected.candidates is None) or np.array_equal(
+                got.candidates, expected.candidates
+            )
+
+
+def test_any_other_file_is_left_to_pillow_and_libpng_never_sees_a_broken_one(capfd, seven):
+    """Colour, transparency, a palette, 16 bits, interlacing, text (which may hold EXIF or XMP), an orientation,
+    a picture over the side or pixel limit, and every broken file (a CRC, the deflate stream, its rows) are
+    not read without Pillow; nothing reaches libpng, which would write its complaints to stderr."""
+    u8 = np.round(seven * 255).astype(np.uint8)
+    rows = b"".join(b"\x00" + row.tobytes() for row in u8)
+    plain = grey_png(rows, 28, 28)
+    assert imaging.plain_grey_png(plain, 64, MAX_PIXELS) is not None
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    broken_crc = bytearray(plain)
+    broken_crc[50] ^= 0xFF  # a byte of IDAT's data
+    deflated = zlib.compress(rows)
+    broken_stream = deflated[:2] + bytes([deflated[2] ^ 0xFF]) + deflated[3:]
+    others = {
+        "RGB": encode(Image.fromarray(u8).convert("RGB")),
+        "RGBA": encode(Image.fromarray(u8).convert("RGBA")),
+        "palette": encode(Image.fromarray(u8).convert("P")),
+        "16-bit": encode(Image.fromarray(u8.astype(np.uint16) * 257, "I;16")),
+        "transparent value": encode(Image.fromarray(u8), transparency=0),
+        "interlaced": grey_png(rows, 28, 28, layout=bytes([8, 0, 0, 0, 1])),
+        "text": grey_png(rows, 28, 28, png_chunk(b"tEXt", b"Comment\x00a digit")),
+        "orientation": encode(Image.fromarray(u8), exif=exif),
+        "JPEG": encode(u8, "JPEG"),
+        "wider than the side": encode(np.zeros((28, 65), np.uint8)),
+        "over the pixel limit": plain,
+        "truncated": plain[:-20],
+        "a CRC": bytes(broken_crc),
+        "the deflate stream": grey_png(b"", 28, 28)[:33] + png_chunk(b"IDAT", broken_stream) + png_chunk(b"IEND", b""),
+        "a row short": grey_png(rows[:-1], 28, 28),
+        "a row more": grey_png(rows + rows[:29], 28, 28),
+        "a filter type 5": grey_png(b"\x05" + rows[1:], 28, 28),
+        "data after IEND": plain + b"\x00",
+        "no IEND": plain[:-12] + png_chunk(b"IDAT", b""),
+    }
+    for name, data in others.items():
+        limit = 28 * 28 - 1 if name == "over the pixel limit" else MAX_PIXELS
+        assert imaging.plain_grey_png(data, 64, limit) is None, name
+    assert capfd.readouterr().err == ""
 
 
 @pytest.mark.parametrize("text", ["", "data:image/png,abc", "not base64!", "QUJD\u00e9"])
