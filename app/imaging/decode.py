@@ -30,7 +30,7 @@ MAX_SIDE = 2**31 - 1  # the largest side a file of FORMATS can hold (PNG's, BMP'
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601, what Pillow's convert("L") uses
 DATA_URL = re.compile(r"data:[^,]*?;base64,", re.IGNORECASE)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLAIN_GREY = (8, 0, 0, 0, 0)  # IHDR's bit depth, colour type (grey), compression, filter method, interlace (none)
+PLAIN_GREY = bytes([8, 0, 0, 0, 0])  # IHDR's bit depth, colour type (grey), compression, filter, interlace (none)
 
 # A decoded picture: a Pillow image, or a grey picture's pixels (H, W) uint8 (plain_grey_png's)
 Picture = Image.Image | np.ndarray
@@ -102,7 +102,7 @@ def plain_grey_png(data: bytes, max_side: int, max_pixels: int) -> np.ndarray | 
     IDAT data is one complete zlib stream of exactly its rows, each led by a PNG filter type (0-4). Such a file
     has nothing Pillow would read differently (no transparency, no orientation, no text), and nothing libpng
     could refuse or warn about, which it would write to the process's stderr."""
-    if not data.startswith(PNG_SIGNATURE):
+    if not data.startswith(PNG_SIGNATURE) or data[24:29] != PLAIN_GREY:  # IHDR's layout, read before any CRC
         return None
     chunks, at, kind = [], len(PNG_SIGNATURE), b""
     while at < len(data):
@@ -118,8 +118,8 @@ def plain_grey_png(data: bytes, max_side: int, max_pixels: int) -> np.ndarray | 
         at = end
     if kind != b"IEND" or len(chunks) < 3 or len(chunks[0]) != 13 or chunks[-1]:  # IHDR's 13 bytes, IEND empty
         return None
-    width, height, *layout = struct.unpack(">IIBBBBB", chunks[0])
-    if tuple(layout) != PLAIN_GREY or not (0 < width <= max_side and 0 < height <= max_side):
+    width, height = struct.unpack_from(">II", chunks[0])  # its layout, PLAIN_GREY, read above
+    if not (0 < width <= max_side and 0 < height <= max_side):
         return None
     if width * height > max_pixels:
         return None  # open_image says so

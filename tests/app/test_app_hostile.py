@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from app.imaging.decode import PNG_SIGNATURE
 from model import contract
-from tests.harness import BOUNDARY, MULTIPART, encode, multipart
+from tests.harness import BOUNDARY, MULTIPART, encode, multipart, png_chunk
 
 MB = 1024 * 1024
 DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink
@@ -27,14 +28,11 @@ ONE_PIXEL = encode(np.pad(np.full((1, 1), 255, np.uint8), 500))  # a white pixel
 def png_bomb(width: int, height: int) -> bytes:
     """A valid 1-bit black PNG of width x height: megapixels of zeros compress to a small file."""
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
     row = b"\x00" * (1 + (width + 7) // 8)  # filter byte + packed bits
     packer = zlib.compressobj(9)
     idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit greyscale
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    return PNG_SIGNATURE + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
 
 
 def upload(data: bytes, name: str = "digit.png", mime: str = "image/png") -> dict:

@@ -13,12 +13,13 @@ from PIL import Image
 
 from app import imaging
 from app.imaging import ImageError, digit, resample
+from app.imaging.decode import PNG_SIGNATURE
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
 from app.main import quiet_pillow
 from model import contract
-from tests.harness import FIXTURES, REAL_WORLD, encode
+from tests.harness import FIXTURES, REAL_WORLD, encode, png_chunk
 
 MAX_PIXELS = 40_000_000
 
@@ -250,20 +251,10 @@ def test_a_corrupt_exif_block_is_read_without_a_warning_in_the_servers_log(seven
         assert [str(w.message).split(".")[0] for w in seen] == ([] if quiet else ["Corrupt EXIF data"])
 
 
-def png_chunk(kind: bytes, payload: bytes) -> bytes:
-    return len(payload).to_bytes(4, "big") + kind + payload + zlib.crc32(kind + payload).to_bytes(4, "big")
-
-
 def grey_png(rows: bytes, width: int, height: int, *extra: bytes, layout: bytes = bytes([8, 0, 0, 0, 0])) -> bytes:
     """A PNG written by hand: the signature, IHDR, `extra` chunks, one IDAT of `rows` deflated, IEND."""
     ihdr = png_chunk(b"IHDR", width.to_bytes(4, "big") + height.to_bytes(4, "big") + layout)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + ihdr
-        + b"".join(extra)
-        + png_chunk(b"IDAT", zlib.compress(rows))
-        + png_chunk(b"IEND", b"")
-    )
+    return PNG_SIGNATURE + ihdr + b"".join(extra) + png_chunk(b"IDAT", zlib.compress(rows)) + png_chunk(b"IEND", b"")
 
 
 def test_a_plain_grey_png_is_read_without_pillow_as_pillow_reads_it(mnist_fixture, seven):
@@ -304,7 +295,7 @@ def test_any_other_file_is_left_to_pillow_and_libpng_never_sees_a_broken_one(cap
     exif = Image.Exif()
     exif[0x0112] = 6
     broken_crc = bytearray(plain)
-    broken_crc[50] ^= 0xFF  # a byte of IDAT's data
+    broken_crc[-13] ^= 0xFF  # a byte of IDAT's CRC, its data whole (IEND is the last 12 bytes)
     deflated = zlib.compress(rows)
     broken_stream = deflated[:2] + bytes([deflated[2] ^ 0xFF]) + deflated[3:]
     others = {
