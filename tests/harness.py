@@ -16,7 +16,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -79,11 +78,6 @@ def start_api(
         time.sleep(0.2)
     server.kill()
     raise failed(f"the API was not ready within {timeout:.0f} s")
-
-
-def png_chunk(kind: bytes, payload: bytes) -> bytes:
-    """A PNG chunk: its length, its kind, the payload and their CRC."""
-    return len(payload).to_bytes(4, "big") + kind + payload + zlib.crc32(kind + payload).to_bytes(4, "big")
 
 
 def encode(image: Image.Image | np.ndarray, fmt: str = "PNG", **save_args) -> bytes:

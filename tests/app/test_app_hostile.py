@@ -12,8 +12,9 @@ import pytest
 from PIL import Image
 
 from app.imaging.decode import PNG_SIGNATURE
+from app.imaging.render import png_chunk
 from model import contract
-from tests.harness import BOUNDARY, MULTIPART, encode, multipart, png_chunk
+from tests.harness import BOUNDARY, MULTIPART, encode, multipart
 
 MB = 1024 * 1024
 DIGIT = (np.indices((28, 28)).sum(0) % 7 == 0).astype(np.uint8) * 255  # some ink

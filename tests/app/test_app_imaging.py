@@ -17,9 +17,10 @@ from app.imaging.decode import PNG_SIGNATURE
 from app.imaging.digit import NORM_BOX, at_norm_box, digit_ink, fit_and_centre, normalise_stroke, stroke_width
 from app.imaging.ink import fit_paper, locate, source
 from app.imaging.registry import PREPROCESSINGS
+from app.imaging.render import png_chunk
 from app.main import quiet_pillow
 from model import contract
-from tests.harness import FIXTURES, REAL_WORLD, encode, png_chunk
+from tests.harness import FIXTURES, REAL_WORLD, encode
 
 MAX_PIXELS = 40_000_000
 
@@ -338,10 +339,35 @@ def test_base64_and_data_url_agree(seven):
     assert imaging.from_base64("data:image/png;base64," + encoded[:40] + "\n" + encoded[40:]) == data
 
 
-def test_png_data_url_round_trip(seven):
-    url = imaging.png_data_url(seven)
-    assert url.startswith("data:image/png;base64,")
-    np.testing.assert_allclose(load(imaging.from_base64(url), "none"), seven, atol=0.5 / 255 + 1e-6)
+def test_png_data_url_holds_each_pixel_rounded_as_numpy_rounds_it(seven, capfd):
+    """The PNG of a data URL holds round(clip(x, 0, 1) * 255) exactly (halves to even, as np.round; below 0
+    and above 1 clipped), grey and RGB, of any size; Pillow and libpng (OpenCV) read it alike, libpng
+    without a word on stderr."""
+    rng = np.random.default_rng(0)
+    levels = np.arange(256, dtype=np.float32)
+    halves = (levels[:-1] + 0.5) / np.float32(255)
+    halves = halves[halves * np.float32(255) == levels[:-1] + 0.5]  # those whose product is a half, exactly
+    assert halves.size > 100
+    edges = np.float32([-1.0, -1e-6, 0.0, 1.0, 1 + 1e-6, 7.0, *halves])
+    pictures = {
+        "a digit": seven,
+        "halves and the edges": np.resize(edges, (14, 24)),
+        "a row": rng.random((1, 57), np.float32),
+        "one pixel": np.float32([[0.5 / 255]]),
+        "the overlay": imaging.overlay(seven, np.stack([seven, np.zeros_like(seven)])),
+        "RGB noise": rng.random((5, 31, 3), np.float32) * 1.4 - 0.2,
+    }
+    for name, x in pictures.items():
+        url = imaging.png_data_url(x)
+        assert url.startswith("data:image/png;base64,"), name
+        data = imaging.from_base64(url)
+        expected = np.round(np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)
+        with Image.open(io.BytesIO(data)) as png:
+            assert (png.format, png.mode, png.size[::-1]) == ("PNG", "RGB" if x.ndim == 3 else "L", x.shape[:2]), name
+            np.testing.assert_array_equal(np.asarray(png), expected, err_msg=name)
+        read = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        np.testing.assert_array_equal(read[..., ::-1] if x.ndim == 3 else read, expected, err_msg=name)
+    assert capfd.readouterr().err == ""
 
 
 def test_a_colour_png_keeps_its_channels(seven):
