@@ -43,7 +43,8 @@ def png(pixels: np.ndarray) -> bytes:
     """(H, W) grey or (H, W, 3) RGB uint8 -> a PNG file: its rows unfiltered (filter type 0, the byte each
     row starts with) in one zlib stream. For the answer's small pictures that is no larger than libpng's
     filtered rows (an MNIST digit: 228 bytes against cv2.imencode's 253) and takes fewer calls, which count
-    most right after a model run, when each finds the caches cold (benchmarks/cpu_profile.py's render)."""
+    most right after a model run, when each finds the caches cold (the render stage of /predict's
+    Server-Timing)."""
     height, width = pixels.shape[:2]
     rows = cv2.copyMakeBorder(pixels.reshape(height, -1), 0, 0, 1, 0, cv2.BORDER_CONSTANT, value=0)
     header = struct.pack(">IIBBBBB", width, height, 8, RGB if pixels.ndim == 3 else GREY, 0, 0, 0)
