@@ -85,6 +85,13 @@ def test_alone_only_with_one_request_here_and_every_other_worker_quiet(board_pat
         assert not here.alone()  # that one ended within QUIET_S: not quiet yet
         monkeypatch.setattr(cores, "QUIET_S", 0.0)
         assert here.alone()
+    with there.request():  # the same from the later slot, the other worker's below it
+        monkeypatch.setattr(cores, "QUIET_S", 60.0)
+        assert not there.alone()
+        monkeypatch.setattr(cores, "QUIET_S", 0.0)
+        assert there.alone()
+        with here.request():
+            assert not there.alone()
 
 
 def test_a_dead_workers_slot_is_taken_and_its_requests_forgotten(board_path):
