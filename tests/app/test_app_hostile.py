@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from app.imaging.decode import PNG_SIGNATURE
-from app.imaging.render import png_chunk
+from app.imaging.render import IEND, png_chunk
 from model import contract
 from tests.harness import BOUNDARY, MULTIPART, encode, multipart
 
@@ -33,7 +33,7 @@ def png_bomb(width: int, height: int) -> bytes:
     packer = zlib.compressobj(9)
     idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit greyscale
-    return PNG_SIGNATURE + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
+    return PNG_SIGNATURE + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", idat) + IEND
 
 
 def upload(data: bytes, name: str = "digit.png", mime: str = "image/png") -> dict:
