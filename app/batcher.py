@@ -124,8 +124,8 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         job = _Job(x, loop, loop.create_future())
         self._queue.put(job)
-        if self.metrics:
-            self.metrics.queue_depth.set(self._queue.qsize())
+        if (metrics := self.metrics) is not None:
+            metrics.later(metrics.queue_depth.set, self._queue.qsize())
         try:  # past the deadline (or cancelled) the future is cancelled: a job still queued is then dropped
             async with asyncio.timeout(self.deadline):
                 return await job.future
@@ -193,18 +193,15 @@ class DynamicBatcher:
             self._answer([(job, exc) for job in jobs])
             return
         self._last_size = len(x)
-        elapsed = time.monotonic() - start
-        if self.metrics:
-            self.metrics.batch_size.labels(self.name).observe(len(x))
-            self.metrics.inference_seconds.labels(self.name).observe(elapsed)
-            self.metrics.queue_depth.set(self._queue.qsize())
+        if (metrics := self.metrics) is not None:
+            waits = [start - job.enqueued for job in jobs]
+            elapsed = time.monotonic() - start
+            metrics.later(metrics.batch, self.name, len(x), elapsed, waits, self._queue.qsize())
         answers: list[tuple[_Job, Outcome]] = []
         offset = 0
         for job in jobs:
             n = len(job.x)
             answers.append((job, [out[offset : offset + n] for out in outputs]))
-            if self.metrics:
-                self.metrics.queue_seconds.observe(start - job.enqueued)
             offset += n
         self._answer(answers)
 

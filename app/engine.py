@@ -355,8 +355,8 @@ class Engine:
         if graph is not None and len(images) == 1 and names == self.output_names and self.ready:  # its batcher's
             try:
                 outputs = graph.run(images)
-                if self.metrics:
-                    self.metrics.graph_replays.labels(self.name).inc()
+                if (metrics := self.metrics) is not None:
+                    metrics.later(metrics.count, metrics.graph_replays, self.name)
                 return outputs
             except Exception as exc:  # a replay that fails: plain runs from now on
                 self._no_cuda_graph(exc)
@@ -366,8 +366,8 @@ class Engine:
             # not while warming up: a request then may be a test client's /ready
             session = self.capsnet_lean if names == self.lean_names and self.capsnet_lean is not None else wide
         outputs = memory.in_slices(lambda x: session.run(names, {contract.IMAGE: x}), images, rows)
-        if session is not self.capsnet and self.metrics:
-            self.metrics.lone_runs.labels(self.name).inc()
+        if session is not self.capsnet and (metrics := self.metrics) is not None:
+            metrics.later(metrics.count, metrics.lone_runs, self.name)
         return outputs
 
     def _run_decoder(self, capsules: np.ndarray) -> list[np.ndarray]:

@@ -105,7 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     http_metrics, app.state.metrics = setup_metrics(app)
     register_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics)  # outside the body limit: its 413s count
+    # outside the body limit: its 413s count
+    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics, engine_metrics=app.state.metrics)
     app.add_middleware(RequestIdMiddleware)
     if settings.cors_origins:
         app.add_middleware(

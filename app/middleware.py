@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.cores import Board, Home
 from app.http_protocol import CUT_OFF, REQUEST_ID
-from app.metrics import HttpMetrics
+from app.metrics import EngineMetrics, HttpMetrics
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("app.access")  # a line per answered request (uvicorn's own access log is off)
@@ -159,10 +159,11 @@ class HttpMetricsMiddleware:
     """Records each HTTP request that reaches it (all but CORS preflights) in HttpMetrics: the route Starlette
     matched (`scope["route"]`, set as the request is routed; none, as for a 413 on Content-Length: `none`),
     the status of the answer (499 for a client that went away, 500 when an error left none), and the time
-    until the app returned. GET /metrics itself is left out."""
+    until the app returned. GET /metrics itself is left out. Then, the answer gone, the engines' recordings
+    queued meanwhile (EngineMetrics.flush)."""
 
-    def __init__(self, app: ASGIApp, metrics: HttpMetrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics, engine_metrics: EngineMetrics):
+        self.app, self.metrics, self.engine_metrics = app, metrics, engine_metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -186,3 +187,4 @@ class HttpMetricsMiddleware:
                 method = scope["method"] if scope["method"] in METHODS else "other"  # a label's values stay few
                 self.metrics.requests.labels(method, f"{status // 100}xx", handler).inc()
                 self.metrics.duration.labels(method, handler).observe(time.perf_counter() - start)
+            self.engine_metrics.flush()
