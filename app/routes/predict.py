@@ -6,10 +6,11 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from app import answer
 from app.deps import engine_named, parse_include, query_parameters, read_query
 from app.image_request import IMAGE_BODY, IMAGE_ERRORS, read_image_bytes
+from app.router import RequestRoute
 from app.schemas import INCLUDE_DEFAULT, INCLUDE_OPTIONS, ITERATIONS, PredictQuery, PredictResponse
 from model import contract
 
-router = APIRouter(tags=["model"])
+router = APIRouter(tags=["model"], route_class=RequestRoute)
 SERVER_TIMING = {
     "description": "milliseconds each stage took in the server: prepare (decoding and preparing the image), "
     "model (the runs, with any wait for a batch), render (the JSON)",

@@ -1,9 +1,17 @@
 """HEAD wherever GET (app/router.py's Router): the same status and headers without a body, on every route the
 OpenAPI document lists for GET and on the undocumented pages (`/`, `/docs`, `/redoc`, the document itself);
-the document lists no HEAD."""
+the document lists no HEAD. A RequestRoute calls its endpoint as it is, and refuses one that declares more than
+the Request."""
 
+from typing import Annotated
+
+import fastapi.routing
 import pytest
+from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.routing import Route
+
+from app.router import RequestRoute
+from tests.harness import MULTIPART, digit_png, multipart
 
 FILLED = {"{name}": "mnist", "{version}": "1"}
 
@@ -35,3 +43,44 @@ def test_the_openapi_document_lists_no_head(app):
 def test_another_method_is_told_get(client, path):
     r = client.put(path)
     assert r.status_code == 405 and r.json()["detail"] == f"{path} takes GET, not PUT"
+
+
+def test_predict_is_answered_without_solving_parameters(app, client, monkeypatch):
+    """/predict's endpoint reads its query and body itself: FastAPI's per-request solving is never called for it
+    (it is for a route with parameters, /models/{name}/ready here), and its document still has its parameters."""
+    solved, solve = [], fastapi.routing.solve_dependencies
+
+    async def counted(*args, **kwargs):
+        solved.append(kwargs.get("request", args[0] if args else None))
+        return await solve(*args, **kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    answer = client.post("/predict?include=", content=multipart(digit_png()), headers={"Content-Type": MULTIPART})
+    assert answer.status_code == 200 and answer.json()["prediction"] == 7 and not solved
+    assert client.get("/v2/models/mnist/ready").status_code == 200 and len(solved) == 1
+    operation = app.openapi()["paths"]["/predict"]["post"]
+    assert {p["name"] for p in operation["parameters"]} == {"model", "include", "preprocess"}
+    assert set(operation["requestBody"]["content"]) == {"multipart/form-data", "application/json"}
+
+
+async def takes_model(request: Request, model: Annotated[str, Query()]) -> Response:
+    return Response()
+
+
+async def request_alone(request: Request) -> Response:
+    return Response()
+
+
+async def extra() -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    "endpoint, settings",
+    [(takes_model, {}), (request_alone, {"dependencies": [Depends(extra)]}), (lambda: Response(), {})],
+    ids=["a query parameter", "a dependency", "no request"],
+)
+def test_a_request_route_refuses_an_endpoint_that_declares_more(endpoint, settings):
+    router = APIRouter(route_class=RequestRoute)
+    with pytest.raises(TypeError, match="takes the Request alone"):
+        router.add_api_route("/x", endpoint, methods=["POST"], **settings)
