@@ -8,7 +8,7 @@ from typing import Annotated
 import fastapi.routing
 import pytest
 from fastapi import APIRouter, Depends, Query, Request, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from app.router import RequestRoute
 from tests.harness import MULTIPART, digit_png, multipart
@@ -84,3 +84,20 @@ def test_a_request_route_refuses_an_endpoint_that_declares_more(endpoint, settin
     router = APIRouter(route_class=RequestRoute)
     with pytest.raises(TypeError, match="takes the Request alone"):
         router.add_api_route("/x", endpoint, methods=["POST"], **settings)
+
+
+def test_the_apis_routes_are_matched_first(app, client, monkeypatch):
+    """A request is matched against the routes in turn: /predict is found before FastAPI's document, its pages and
+    /metrics are tried (each a regular expression on the path)."""
+    tried: list[str] = []
+    for route in app.routes:
+        if isinstance(route, (Route, Mount)):  # the API's own are in its routers
+
+            def spied(scope, route=route, matches=route.matches):
+                tried.append(route.path)
+                return matches(scope)
+
+            monkeypatch.setattr(route, "matches", spied)
+    answer = client.post("/predict?include=", content=multipart(digit_png()), headers={"Content-Type": MULTIPART})
+    assert answer.status_code == 200 and not tried
+    assert client.get("/docs").status_code == 200 and "/docs" in tried  # the spies see what they are asked
