@@ -32,7 +32,7 @@ def serve_one(settings: Settings) -> None:
     with contextlib.ExitStack() as stack:
         try:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="capsnet-"))
-            stack.enter_context(cores.shared_board(Path(folder)))
+            stack.enter_context(cores.shared_board(Path(folder), 1))
         except OSError as exc:  # no writable temporary folder: the worker serves, its lone requests as any other
             logging.getLogger(__name__).warning("no board for this worker's requests (%s)", exc)
         # the app and the engines map the board as they are made; its file goes before the worker serves, as no

@@ -28,12 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from app.settings import MAX_WORKERS, available_cores
+from app.settings import available_cores
 
 log = logging.getLogger(__name__)
 
 BOARD = "CAPSNET_CORES_BOARD"  # the board's path, set by the serving process (shared_board; not a setting)
-SLOTS = MAX_WORKERS  # as many as Settings.workers allows
 QUIET_S = 0.05  # how long every other worker must have held no request for a lone one to take every core
 # a worker's slot: its pid, its requests in flight and when its last one ended (time.monotonic, which is
 # the same clock in every process), in the host's byte order: three 8-byte words
@@ -41,16 +40,19 @@ _SLOT = np.dtype([("pid", "=i8"), ("requests", "=i8"), ("ended", "=f8")])
 WORDS = _SLOT.itemsize // 8
 
 
-def make_board(path: Path) -> Path:
-    """An empty board at path, for the workers to come."""
-    path.write_bytes(bytes(SLOTS * _SLOT.itemsize))
+def make_board(path: Path, workers: int) -> Path:
+    """An empty board at path for `workers` workers: a slot for each and one more each for its replacement (a
+    worker the supervisor kills keeps its slot until it is reaped). Each request reads every slot (Board.alone):
+    as few as the server's workers, not as many as it could have."""
+    path.write_bytes(bytes(2 * workers * _SLOT.itemsize))
     return path
 
 
 @contextlib.contextmanager
-def shared_board(folder: Path):
-    """An empty board in folder, named (BOARD) to this process and the workers it starts, for the block."""
-    os.environ[BOARD] = str(make_board(folder / "cores.board"))
+def shared_board(folder: Path, workers: int):
+    """An empty board in folder for `workers` workers, named (BOARD) to this process and the workers it starts, for
+    the block."""
+    os.environ[BOARD] = str(make_board(folder / "cores.board", workers))
     try:
         yield
     finally:  # nothing started after this may look for it
@@ -65,14 +67,17 @@ class Board:
     def __init__(self, path: Path):
         fd = os.open(path, os.O_RDWR)
         try:
-            self._map = mmap.mmap(fd, SLOTS * _SLOT.itemsize)
+            size = os.fstat(fd).st_size
+            if not size or size % _SLOT.itemsize:
+                raise RuntimeError(f"the workers' board {path} is {size} bytes, not a whole number of slots")
+            self._map = mmap.mmap(fd, size)
             self._slots = np.frombuffer(self._map, _SLOT)
             fcntl.lockf(fd, fcntl.LOCK_EX)
             gone = [i for i, pid in enumerate(self._slots["pid"]) if pid != 0 and not Path(f"/proc/{pid}").exists()]
             self._slots[gone] = (0, 0, 0.0)  # a worker that died holding requests holds none now
             free = np.flatnonzero(self._slots["pid"] == 0)
             if not free.size:
-                raise RuntimeError(f"the workers' board {path} has no free slot of {SLOTS}")
+                raise RuntimeError(f"the workers' board {path} has no free slot of {len(self._slots)}")
             self.slot = int(free[0])
             self._slots[self.slot] = (os.getpid(), 0, 0.0)
         finally:

@@ -21,7 +21,7 @@ from model import contract
 DEFAULT_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 MB = 1024 * 1024
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (docker --cpus)
-MAX_WORKERS = 256  # the slots of the workers' board (app/cores.py)
+MAX_WORKERS = 256  # the most workers a server runs
 
 
 def available_cores() -> int:

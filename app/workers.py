@@ -142,7 +142,10 @@ def serve_workers(settings: Settings) -> None:
         ModelLoadError if a model cannot serve, found by the parent's check or by a worker.
     """
     check_models_apart(settings)
-    with tempfile.TemporaryDirectory(prefix="capsnet-workers-") as metrics_dir, cores.shared_board(Path(metrics_dir)):
+    with (
+        tempfile.TemporaryDirectory(prefix="capsnet-workers-") as metrics_dir,
+        cores.shared_board(Path(metrics_dir), settings.workers),
+    ):
         os.environ[METRICS_DIR] = metrics_dir  # the workers inherit it
         config = uvicorn.Config(
             "app.workers:create_worker_app",

@@ -223,7 +223,9 @@ def profile() -> dict:
 
     settings = Settings(log_level="warning", models=["mnist"])  # the model profiled, alone (the GPU kit's)
     with tempfile.TemporaryDirectory() as tmp:  # a board, so that the engine has its wide session (it stays mapped)
-        board = cores.Board(cores.make_board(Path(tmp) / "cores.board")) if settings.workers > 1 else None
+        board = (
+            cores.Board(cores.make_board(Path(tmp) / "cores.board", settings.workers)) if settings.workers > 1 else None
+        )
     engine = Engine("mnist", contract.SHIPPED["mnist"], settings, board=board)
     engine.warm_up()
     body = digit_png()

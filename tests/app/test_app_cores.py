@@ -27,7 +27,7 @@ from tests.harness import MULTIPART, digit_png, multipart
 @pytest.fixture
 def board_path(tmp_path, monkeypatch):
     """An empty board, named to this process as its parent would name it; this_worker() forgets any other."""
-    path = cores.make_board(tmp_path / "cores.board")
+    path = cores.make_board(tmp_path / "cores.board", 2)
     monkeypatch.setenv(cores.BOARD, str(path))
     cores.this_worker.cache_clear()
     yield path
@@ -109,6 +109,26 @@ def test_a_dead_workers_slot_is_taken_and_its_requests_forgotten(board_path):
     with pytest.raises(RuntimeError, match="no free slot"):
         cores.Board(board_path)
     assert cores.this_worker() is None  # a worker that cannot use the board serves on its share
+
+
+def test_the_board_has_two_slots_a_worker_and_refuses_a_file_of_another_size(tmp_path, monkeypatch):
+    """A slot for each worker and one for its replacement; a file that is not whole slots is no board (the worker
+    serves on its share)."""
+    path = cores.make_board(tmp_path / "three", 3)
+    boards = [cores.Board(path) for _ in range(6)]
+    assert [board.slot for board in boards] == list(range(6))
+    with pytest.raises(RuntimeError, match="no free slot of 6"):
+        cores.Board(path)
+    for size in (0, 25):
+        (tmp_path / "odd").write_bytes(bytes(size))
+        with pytest.raises(RuntimeError, match=f"is {size} bytes, not a whole number of slots"):
+            cores.Board(tmp_path / "odd")
+    monkeypatch.setenv(cores.BOARD, str(tmp_path / "odd"))
+    cores.this_worker.cache_clear()
+    try:
+        assert cores.this_worker() is None
+    finally:
+        cores.this_worker.cache_clear()
 
 
 def test_lone_request_threads(two_cores, monkeypatch):

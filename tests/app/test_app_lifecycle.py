@@ -177,7 +177,7 @@ def test_workers_default_to_the_cores_and_divide_the_threads(monkeypatch, tmp_pa
     assert Settings(workers=3, intra_op_threads=4).session_threads == 4
     monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(384)))  # two 192-core CPUs
     monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "none")
-    assert Settings().workers == settings_module.MAX_WORKERS  # as many as the board has slots (app/cores.py)
+    assert Settings().workers == settings_module.MAX_WORKERS
     monkeypatch.setenv("CAPSNET_WORKERS", "0")
     with pytest.raises(ValidationError, match="workers"):
         Settings()

@@ -57,7 +57,7 @@ def test_a_worker_with_every_model_holds_under_475_mb_of_its_own(tmp_path):
         "CAPSNET_PROVIDERS": "CPUExecutionProvider",
         "CAPSNET_LOG_LEVEL": "warning",
         "CAPSNET_WORKERS": "2",
-        cores.BOARD: str(cores.make_board(tmp_path / "cores.board")),
+        cores.BOARD: str(cores.make_board(tmp_path / "cores.board", 2)),
         "PATH": "/usr/bin:/bin",
     }
     proc = subprocess.run(
