@@ -30,7 +30,7 @@ class EngineMetrics:
     (app/cuda_graph.py).
 
     Those values are recorded once the answers that waited on them have gone: the batchers' threads and the
-    engine queue each recording (`later`), and the event loop makes them after each answer (`flush`,
+    engine only queue each recording (`later`), and the event loop makes them after each answer (`flush`,
     app/middleware.py's HttpMetricsMiddleware) and before GET /metrics reads them. Right after a model run, which
     leaves the caches cold, recording a batch's four values takes 66-82 us (prometheus_client's multiprocess files:
     the larger), where queueing them takes 11-13.
