@@ -46,8 +46,8 @@ SWEEPS = 6  # slow requests (/explain: 64 images each) in flight when SIGTERM co
 
 
 class Sweep(threading.Thread):
-    """One POST of the multipart body to url on a thread of its own: `sent` once the server has the whole request,
-    `status` once it has its answer, or `error`."""
+    """One POST of the multipart body to url on a thread of its own: `sent` once the whole request has gone out (or
+    failed to), `status` once it has its answer, or `error`."""
 
     def __init__(self, url: str, body):
         super().__init__()
@@ -109,10 +109,8 @@ def test_a_request_alone_on_the_server_runs_on_every_core_and_none_under_load(tm
                 assert response.status == 200
         # each worker records its runs once their answers have gone (EngineMetrics.flush): the third's may be a
         # moment behind its answer, whichever worker answers /metrics
-        deadline = time.monotonic() + 5
-        while (runs := lone_runs(url)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert runs == 3
+        wait_for(lambda: lone_runs(url) >= 3, timeout=5)
+        assert lone_runs(url) == 3
         statuses, errors = hey_outcomes(f"{url}/predict?include=", body, CLIENTS, 2, keep_alive=False)
         assert list(statuses) == [200] and not errors, (statuses, errors)
         assert lone_runs(url) - 3 < 0.05 * statuses[200], "requests under load ran on every core"
