@@ -278,8 +278,8 @@ def test_the_unscaled_pairs_run_differs_from_the_shipped_run_in_its_scale_alone(
 def test_the_recon_run_differs_from_the_shipped_run_in_the_decoders_weight_alone(data_dirs, tmp_path):
     """Beside MultiMNIST's run, from the same weights with the same settings, the decoder weighed against Eq. 4
     as the authors' code weighs it (its margin loss averaged over the classes at half weight: 1/20 of ours);
-    the two begin at once, first in a window, and either ships when better. Its model is the starting
-    checkpoint's, its recon_weight the plan's."""
+    the two begin at once, first in a window with the unscaled pairs' run, and either ships when better. Its
+    model is the starting checkpoint's, its recon_weight the plan's."""
     from training.campaign.runs import configs, locate
 
     runs = {spec.name: spec for spec in plan.PLAN}
@@ -287,7 +287,7 @@ def test_the_recon_run_differs_from_the_shipped_run_in_the_decoders_weight_alone
     assert 20 * CapsNetConfig().recon_weight == plan.RECON_AS_RELEASED
     assert recon.train == shipped.train and recon.capsnet == {"recon_weight": plan.RECON_AS_RELEASED}
     assert (recon.kind, recon.start, recon.ships) == ("pairs", "multimnist", "multimnist")
-    assert [spec.name for spec in plan.PLAN[:2]] == ["multimnist", "multimnist-recon"]
+    assert [spec.name for spec in plan.PLAN[:3]] == ["multimnist", "multimnist-recon", "multimnist-unscaled"]
     root = tmp_path / "pack"
     pack.pack(root, data_dirs, names=[recon.name], log=lambda _: None)
     _, config = configs(recon, root, tmp_path / "work", time.time() + 60, "cpu", smoke=True)
