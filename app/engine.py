@@ -12,7 +12,6 @@ max_batch precedes readiness (cuDNN picks its conv algorithms on first sight of 
 keeps that short).
 """
 
-import ctypes
 import hashlib
 import json
 import logging
@@ -31,7 +30,7 @@ from app.cores import Board, this_worker
 from app.cuda_graph import CudaGraph, fold
 from app.metrics import EngineMetrics
 from app.pruning import prune
-from app.settings import Settings
+from app.settings import Settings, cuda_devices
 from model import contract
 from model.card import read_serving
 
@@ -43,22 +42,6 @@ log = logging.getLogger(__name__)
 PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
 CUDA_GRAPH_WARM_RUNS = 3  # ONNX Runtime runs a CUDA-graph session plainly before it captures, then replays
 Outputs = dict[str, np.ndarray]  # contract output name -> array
-
-
-def cuda_devices() -> int:
-    """CUDA devices the NVIDIA driver reports; 0 without a driver or a GPU.
-
-    cuInit and cuDeviceGetCount from libcuda through ctypes: a probe that needs no CUDA toolkit and
-    runs before onnxruntime's CUDA loader, which logs an ERROR for every library it cannot load.
-    """
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return count.value
 
 
 def select_providers(requested: list[str], explicit: bool = True) -> list[Any]:

@@ -5,6 +5,7 @@ CAPSNET_CORS_ORIGINS='["http://localhost:7860"]'. Bad values stop start-up with 
 (full-stack-fastapi-template's "typed settings that fail loudly").
 """
 
+import ctypes
 import json
 import math
 import os
@@ -22,19 +23,49 @@ DEFAULT_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 MB = 1024 * 1024
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (docker --cpus)
 MAX_WORKERS = 256  # the most workers a server runs
+# the most a server runs on one GPU by default: on an H200 with 8 cores for the server, four answered `?include=`
+# 1.3-1.6 times what eight did at 64 clients, 3.5-4.6 times one (docs/benchmarks.md#serving-on-a-gpu)
+GPU_WORKERS = 4
 
 
 def available_cores() -> int:
     """The cores this process may run on: its CPU affinity (taskset, a cpuset), capped by a cgroup v2 CPU
-    quota rounded up (`docker run --cpus 2.5` gives 3). The default number of workers: most of a request's
-    CPU time is a worker's Python (HTTP, preprocessing, the answer), which uses about one core at most, so
-    one worker per core (benchmarks/serve_bench.py measures one worker beside several)."""
+    quota rounded up (`docker run --cpus 2.5` gives 3)."""
     cores = len(os.sched_getaffinity(0))
     try:
         quota, period = CGROUP_CPU_MAX.read_text().split()
     except (OSError, ValueError):
         return cores
     return cores if quota == "max" else max(1, min(cores, math.ceil(int(quota) / int(period))))
+
+
+def cuda_devices() -> int:
+    """CUDA devices the NVIDIA driver reports; 0 without a driver or a GPU.
+
+    cuInit and cuDeviceGetCount from libcuda through ctypes: a probe that needs no CUDA toolkit and
+    runs before onnxruntime's CUDA loader, which logs an ERROR for every library it cannot load.
+    """
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def default_workers(providers: list[str]) -> int:
+    """Server processes by default: one per available core (most of a request's CPU time is a worker's Python:
+    HTTP, preprocessing, the answer, about one core at most; benchmarks/serve_bench.py measures one worker
+    beside several), at most MAX_WORKERS; at most GPU_WORKERS where the providers will run on CUDA (asked for,
+    in this onnxruntime build, and a device usable): each worker holds a CUDA context and they take turns on
+    the GPU."""
+    workers = min(available_cores(), MAX_WORKERS)
+    cuda = "CUDAExecutionProvider"
+    if cuda in providers and cuda in ort.get_available_providers() and cuda_devices():
+        return min(workers, GPU_WORKERS)
+    return workers
 
 
 def _split_list(value):
@@ -95,11 +126,11 @@ class Settings(BaseSettings):
     max_reconstruct_batch: int = Field(default=256, ge=1, le=4096)
     # --- HTTP server -----------------------------------------------------------------------------
     workers: int = Field(
-        default_factory=lambda: min(available_cores(), MAX_WORKERS),
+        default_factory=lambda data: default_workers(data.get("providers", DEFAULT_PROVIDERS)),
         ge=1,
         le=MAX_WORKERS,
         description="server processes, each with its own engines and batchers (default: one per available core, "
-        f"at most {MAX_WORKERS})",
+        f"at most {MAX_WORKERS}, and at most {GPU_WORKERS} where they run on CUDA)",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"  # 0.0.0.0 in a container

@@ -24,7 +24,7 @@ import numpy as np
 
 from app.conv_matmul import conv_as_matmul
 from app.cuda_graph import fold
-from app.engine import cuda_devices
+from app.settings import cuda_devices
 from benchmarks.report import write_report
 from benchmarks.run_binding import CUDA_VARIANTS, cuda_graph, half, timed
 from model import contract

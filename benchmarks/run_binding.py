@@ -48,7 +48,8 @@ import onnxruntime as ort
 
 from app.conv_matmul import conv_as_matmul
 from app.cuda_graph import CudaGraph, fold
-from app.engine import PROVIDER_OPTIONS, cuda_devices
+from app.engine import PROVIDER_OPTIONS
+from app.settings import cuda_devices
 from benchmarks.cpu_profile import median_ms
 from benchmarks.report import write_report
 from model import contract

@@ -166,6 +166,7 @@ def test_workers_default_to_the_cores_and_divide_the_threads(monkeypatch, tmp_pa
     MAX_WORKERS); without CAPSNET_INTRA_OP_THREADS each worker's sessions get the cores divided between the
     workers, and one worker keeps ONNX Runtime's own default."""
     monkeypatch.delenv("CAPSNET_WORKERS", raising=False)
+    monkeypatch.setattr(settings_module, "cuda_devices", lambda: 0)  # the CPU's default, on any host
     monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "none")
     assert settings_module.available_cores() == Settings().workers == 16
@@ -181,6 +182,32 @@ def test_workers_default_to_the_cores_and_divide_the_threads(monkeypatch, tmp_pa
     monkeypatch.setenv("CAPSNET_WORKERS", "0")
     with pytest.raises(ValidationError, match="workers"):
         Settings()
+
+
+def test_workers_on_a_gpu_default_to_four_at_most(monkeypatch, tmp_path):
+    """Where the workers will run on CUDA (asked for, in this onnxruntime build, a device usable) they default to
+    one per core up to GPU_WORKERS, who take turns on the GPU; anything else keeps a worker per core, and
+    CAPSNET_WORKERS still sets any number."""
+    monkeypatch.delenv("CAPSNET_WORKERS", raising=False)
+    monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", tmp_path / "none")
+    monkeypatch.setattr(settings_module, "cuda_devices", lambda: 1)
+    cuda_build = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(settings_module.ort, "get_available_providers", lambda: cuda_build)
+    assert settings_module.GPU_WORKERS == 4
+    assert Settings().workers == 4
+    assert Settings(providers=["CPUExecutionProvider"]).workers == 16  # CUDA not asked for
+    monkeypatch.setenv("CAPSNET_WORKERS", "8")
+    assert Settings().workers == 8
+    monkeypatch.delenv("CAPSNET_WORKERS")
+    monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert Settings().workers == 2  # fewer cores than GPU_WORKERS: a worker per core
+    monkeypatch.setattr(settings_module.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(settings_module, "cuda_devices", lambda: 0)  # no driver or no GPU
+    assert Settings().workers == 16
+    monkeypatch.setattr(settings_module, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(settings_module.ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert Settings().workers == 16  # a CPU-only onnxruntime
 
 
 @pytest.mark.parametrize(
